@@ -1,0 +1,5 @@
+"""`python -m bench`: run the benchmarks (see bench/README.md)."""
+
+from bench.cli import main
+
+main()

@@ -1,0 +1,137 @@
+"""`python -m bench`: run the benchmarks, print a summary, write docs/benchmarks.md.
+
+Options:
+    --quick              a smoke run (5 s windows, a 50,000-row table); writes
+                         bench/results/benchmarks-quick.md instead of docs/benchmarks.md
+    --only lateness|claim
+    --pg-dsn DSN         admin DSN of the PostgreSQL server to create throwaway databases on
+    --profile            add one cProfile'd tickwork claim pass to the report
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import claim, lateness, machine, report, results
+from bench.env import Env
+from bench.meter import Attribution
+from bench.pgutil import Admin
+
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+DOC = machine.REPO / "docs" / "benchmarks.md"
+QUICK_DOC = results.RESULTS_DIR / "benchmarks-quick.md"
+STORES = ("sqlite", "postgresql")
+VARIANTS = ("spread", "aligned")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="short smoke run")
+    parser.add_argument("--only", choices=("lateness", "claim"))
+    parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN, help="admin DSN (default: %(default)s)")
+    parser.add_argument("--profile", action="store_true", help="profile one tickwork claim pass")
+    parser.add_argument("--doc", type=Path, help="where to write the report")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        asyncio.run(run(args))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+async def run(args: argparse.Namespace) -> None:
+    started, run_id = time.monotonic(), secrets.token_hex(3)
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    admin = Admin(args.pg_dsn, run_id)
+    await admin.open()
+    sections: dict[str, Any] = {}
+    try:
+        facts = machine.facts() | {"postgres": await admin.server_facts()}
+        with tempfile.TemporaryDirectory(prefix="tw-bench-") as tmp:
+            env = Env(run_id=run_id, quick=args.quick, tmp=Path(tmp), admin=admin,
+                      attribution=await _attribution(admin))  # fmt: skip
+            meta = {"run_id": run_id, "date": date, "quick": args.quick, "facts": facts}
+            if args.only in (None, "lateness"):
+                sections["lateness"] = await _lateness(env) | meta
+                results.append("lateness", {"kind": "section", **sections["lateness"]})
+            if args.only in (None, "claim"):
+                sections["claim"] = await claim.run(env, _claim_config(args)) | meta
+                results.append("claim", {"kind": "section", **sections["claim"]})
+    finally:
+        await admin.close()
+    doc = args.doc or (QUICK_DOC if args.quick else DOC)
+    write_report(args, sections, facts, date, run_id, time.monotonic() - started, doc)
+
+
+async def _attribution(admin: Admin) -> Attribution:
+    return Attribution(
+        driver_pid=os.getpid(),
+        postmaster_pid=await admin.postmaster_pid(),
+        db_marker=admin.prefix,
+        own_backends={await admin.backend_pid()},
+    )
+
+
+def _claim_config(args: argparse.Namespace) -> claim.ClaimConfig:
+    if args.quick:
+        return claim.ClaimConfig.quick(profile=args.profile)
+    return claim.ClaimConfig(profile=args.profile)
+
+
+async def _lateness(env: Env) -> dict[str, Any]:
+    cfg = lateness.LatenessConfig.quick() if env.quick else lateness.LatenessConfig()
+    cases = []
+    for store in STORES:
+        for variant in VARIANTS:
+            try:
+                case = await lateness.run_case(env, cfg, store, variant)
+            except Exception as exc:  # one broken case must not lose the others
+                case = {"store": store, "variant": variant, "error": f"{type(exc).__name__}: {exc}"}
+            cases.append(case)
+            print(_case_line(case), flush=True)
+    return {"config": lateness.config_dict(cfg), "cases": cases}
+
+
+def _case_line(case: dict[str, Any]) -> str:
+    name = f"  lateness {case['store']:>10} {case['variant']:>7}:"
+    if "error" in case:
+        return f"{name} FAILED {case['error']}"
+    lat = case["lateness_ms"]
+    return (
+        f"{name} p50 {lat.get('p50')} p99 {lat.get('p99')} max {lat.get('max')} ms, "
+        f"{case['fires_recorded']}/{case['fires_expected']} fires, missing {case['missing']}, "
+        f"tickwork {case['cpu']['cores'].get('tickwork', 0)} cores, "
+        f"foreign {case['cpu']['foreign_cores']}"
+    )
+
+
+def write_report(
+    args: argparse.Namespace, sections: dict[str, Any], facts: dict[str, Any], date: str,
+    run_id: str, duration_s: float, doc: Path,
+) -> None:  # fmt: skip
+    for name in ("lateness", "claim"):
+        if name not in sections:  # --only: keep the latest figures of the other section
+            sections[name] = results.last(name, quick=args.quick)
+    command = "uv run python -m bench" + "".join(f" {a}" for a in sys.argv[1:])
+    data = {"command": command, "date": date, "run_id": run_id, "quick": args.quick,
+            "duration_s": duration_s, "facts": facts, **sections}  # fmt: skip
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(report.render(data), encoding="utf-8")
+    print(f"\nwrote {doc}")
+    print("\n".join(line for line in report._targets(data) if line.startswith("| ")))

@@ -1,0 +1,120 @@
+"""The bench's side of the shared PostgreSQL server: throwaway databases and counters.
+
+The server itself is never stopped or reconfigured; every database the bench creates is named
+`tw_bench_<run id>_<purpose>` and dropped when the bench ends (WITH (FORCE)).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+SETTINGS = (
+    "shared_buffers", "work_mem", "synchronous_commit", "fsync", "max_wal_size",
+    "checkpoint_timeout", "autovacuum", "jit", "max_connections", "plan_cache_mode",
+)  # fmt: skip
+COUNTERS = (
+    "xact_commit", "xact_rollback", "tup_returned", "tup_fetched", "tup_inserted",
+    "tup_updated", "tup_deleted", "blks_read", "blks_hit",
+)  # fmt: skip
+
+
+def dsn_for(admin_dsn: str, dbname: str) -> str:
+    parts = urlsplit(admin_dsn)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+class Admin:
+    """One connection to the admin database; creates, copies and drops bench databases."""
+
+    def __init__(self, admin_dsn: str, run_id: str) -> None:
+        self.admin_dsn = admin_dsn
+        self.prefix = f"tw_bench_{run_id}"
+        self.created: list[str] = []
+        self._conn: asyncpg.Connection | None = None
+
+    @property
+    def conn(self) -> asyncpg.Connection:
+        if self._conn is None:
+            raise RuntimeError("Admin used before open()")
+        return self._conn
+
+    async def open(self) -> None:
+        self._conn = await asyncpg.connect(self.admin_dsn)
+
+    async def close(self) -> None:
+        for name in list(self.created):
+            await self.drop(name)
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def create(self, purpose: str, *, template: str | None = None) -> str:
+        """Create database `<prefix>_<purpose>` (a file copy of `template` if given)."""
+        name = f"{self.prefix}_{purpose}"
+        await self.drop(name)
+        clause = f" TEMPLATE {template} STRATEGY FILE_COPY" if template else ""
+        await self.conn.execute(f"CREATE DATABASE {name}{clause}")
+        self.created.append(name)
+        return name
+
+    async def drop(self, name: str) -> None:
+        await self.conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        if name in self.created:
+            self.created.remove(name)
+
+    def dsn(self, name: str) -> str:
+        return dsn_for(self.admin_dsn, name)
+
+    async def backend_pid(self) -> int:
+        return int(await self.conn.fetchval("SELECT pg_backend_pid()"))
+
+    async def postmaster_pid(self) -> int | None:
+        return _parent_pid(await self.backend_pid())
+
+    async def server_facts(self) -> dict[str, Any]:
+        rows = await self.conn.fetch(
+            "SELECT name, setting, unit FROM pg_settings WHERE name = ANY($1::text[])",
+            list(SETTINGS),
+        )
+        settings = {r["name"]: r["setting"] + (r["unit"] or "") for r in rows}
+        version = await self.conn.fetchval("SHOW server_version")
+        return {"version": version, "settings": settings}
+
+    async def counters(self, name: str, *, settle_s: float = 0.5) -> dict[str, int]:
+        """pg_stat_database counters of one database, once its sessions have ended.
+
+        Backends report their counters when they exit (or at most once a second while idle),
+        so close the connections being counted first; this waits until none is left.
+        """
+        for _ in range(40):
+            await asyncio.sleep(settle_s / 5)
+            await self.conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = await self.conn.fetchrow(
+                f"SELECT numbackends, {', '.join(COUNTERS)} FROM pg_stat_database "
+                "WHERE datname = $1",
+                name,
+            )
+            if row is not None and row["numbackends"] == 0:
+                break
+        await asyncio.sleep(settle_s)
+        await self.conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = await self.conn.fetchrow(
+            f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database WHERE datname = $1", name
+        )
+        return {k: int(row[k]) for k in COUNTERS} if row else {}
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None  # the server is not on this machine (or not visible)
+    return int(stat[stat.rfind(")") + 2 :].split()[1])
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after}

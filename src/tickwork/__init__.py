@@ -1,0 +1,1 @@
+"""tickwork: a distributed job scheduler."""

@@ -1,0 +1,5 @@
+"""`python -m tickwork` is the `tickwork` command."""
+
+from tickwork.cli import main
+
+main()

@@ -1,0 +1,51 @@
+"""The API application factory.
+
+`create_app` wires routes, error handlers and the body-size guard around an already-built
+store and clock. It does not open or close the store: whoever runs the process (the runtime,
+or a test) owns the store's life and may add its own lifespan and routes to the app.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from tickwork import __doc__ as _package_doc
+from tickwork.api.errors import install_error_handlers
+from tickwork.api.middleware import EdgeMiddleware
+from tickwork.api.routes import ApiContext, ops, v1
+from tickwork.clock import Clock
+from tickwork.jobs import JobService
+from tickwork.settings import Settings
+from tickwork.store.base import ScheduleStore
+
+API_DESCRIPTION = f"""{_package_doc}
+
+Every error response has the shape
+`{{"error": {{"code": str, "message": str, "field": str|null}}}}`.
+Timestamps are ISO-8601; responses give them in UTC with a trailing `Z`."""
+
+
+def create_app(*, store: ScheduleStore, clock: Clock, settings: Settings) -> FastAPI:
+    app = FastAPI(
+        title="tickwork",
+        version=_version(),
+        description=API_DESCRIPTION,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.tickwork = ApiContext(jobs=JobService(store, clock), store=store, clock=clock)
+    install_error_handlers(app)
+    app.include_router(v1)
+    app.include_router(ops)
+    app.add_middleware(EdgeMiddleware, max_body_bytes=settings.max_body_bytes)
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tickwork")
+    except PackageNotFoundError:
+        return "0+unknown"

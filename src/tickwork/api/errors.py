@@ -1,0 +1,177 @@
+"""Every error the API returns has one shape: `{"error": {"code", "message", "field"}}`.
+
+Which exception becomes which response:
+
+    exception                          status  code
+    InvalidInput                       422     its own (default "invalid")
+    pydantic validation of the request 422     "invalid", "unknown_field", "missing"
+      ... of a body that is not JSON   400     "malformed_json"
+      ... sent without a JSON type     415     "unsupported_media_type"
+    body over settings.max_body_bytes  413     "body_too_large"   (api.middleware)
+    NotFound / unknown route           404     "not_found"
+    wrong method                       405     "method_not_allowed"
+    Conflict                           409     "conflict"
+    StoreError                         503     "store_unavailable"
+    anything else                      500     "internal_error"   (api.middleware; logged)
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
+
+from tickwork.api.schemas import JobCreate, ScheduleIn, TargetIn
+from tickwork.errors import Conflict, InvalidInput, NotFound, StoreError, TickworkError
+
+_REQUEST_PARTS = ("body", "query", "path", "header", "cookie")
+# The job bodies' field names by parent path, for "did you mean" on unknown fields.
+_JOB_FIELDS = {
+    (): list(JobCreate.model_fields),
+    ("schedule",): list(ScheduleIn.model_fields),
+    ("target",): list(TargetIn.model_fields),
+}
+_ALIASES = {"tz": "timezone", "zone": "timezone", "interval": "every", "uri": "url"}
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+_HTTP_CODES = {
+    400: "malformed_json",  # FastAPI's only 400: a body it could not parse (e.g. nested too deep)
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "field": field}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(InvalidInput, _invalid_input)  # type: ignore[arg-type]
+    app.add_exception_handler(TickworkError, _tickwork_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+
+
+async def _invalid_input(request: Request, exc: InvalidInput) -> JSONResponse:
+    return error_response(422, exc.code, exc.message, exc.field)
+
+
+async def _tickwork_error(request: Request, exc: TickworkError) -> JSONResponse:
+    if isinstance(exc, NotFound):
+        return error_response(404, exc.code, str(exc))
+    if isinstance(exc, Conflict):
+        return error_response(409, exc.code, str(exc))
+    if isinstance(exc, StoreError):
+        return error_response(503, "store_unavailable", f"the schedule store failed: {exc}")
+    return error_response(400, exc.code, str(exc))
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        message = f"no such route: {request.method} {request.url.path} (see /docs)"
+    elif exc.status_code == 405:
+        allow = _allowed_methods(request)
+        message = f"{request.method} is not allowed on {request.url.path}; use {allow}"
+        return error_response(405, code, message, headers={"Allow": allow})
+    elif exc.status_code == 400:
+        message = "the body could not be parsed as JSON (is it nested too deeply?)"
+    else:
+        message = str(exc.detail)
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    # Starlette's own Allow header names only the first route that matched the path, so ask
+    # every route about every method (routers nest, so probing beats walking their insides).
+    allowed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
+    return ", ".join(allowed)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    if not errors:
+        return error_response(422, "invalid", "the request is invalid")
+    return describe_validation_error(errors[0])
+
+
+def describe_validation_error(error: Mapping[str, Any]) -> JSONResponse:
+    """Turn pydantic's first error into our shape, with the field as a dotted path."""
+    kind = str(error.get("type", ""))
+    loc: Sequence[Any] = error.get("loc", ())
+    field = dotted(loc)
+    if kind == "json_invalid":
+        detail = (error.get("ctx") or {}).get("error", "syntax error")
+        where = f" at character {loc[1]}" if len(loc) > 1 else ""
+        return error_response(
+            400, "malformed_json", f"the body is not valid JSON: {detail}{where}", None
+        )
+    if tuple(loc) == ("body",) and isinstance(error.get("input"), bytes):
+        return error_response(
+            415,
+            "unsupported_media_type",
+            "send the body as JSON with Content-Type: application/json",
+        )
+    if kind == "extra_forbidden":
+        return error_response(422, "unknown_field", _unknown_field_message(loc), field)
+    if kind == "missing":
+        if field is None:
+            return error_response(422, "missing", "a JSON object is required as the request body")
+        return error_response(422, "missing", f"{field} is required", field)
+    return error_response(422, "invalid", _message(kind, error), field)
+
+
+def _unknown_field_message(loc: Sequence[Any]) -> str:
+    in_body = bool(loc) and loc[0] == "body"
+    parts = [str(p) for p in loc][1:] if in_body else [str(p) for p in loc]
+    name, parent = (parts[-1], tuple(parts[:-1])) if parts else ("?", ())
+    message = f"unknown field {name!r}"
+    known = _JOB_FIELDS.get(parent) if in_body else None
+    if known is None:
+        return message + "; remove it (see /docs for the accepted fields)"
+    close = _ALIASES.get(name) or next(iter(difflib.get_close_matches(name, known, n=1)), None)
+    if close in known:
+        message += f"; did you mean {close!r}?"
+    where = f" in {'.'.join(parent)}" if parent else ""
+    return message + f" (the fields{where} are: {', '.join(known)})"
+
+
+def dotted(loc: Sequence[Any]) -> str | None:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in _REQUEST_PARTS:
+        parts = parts[1:]
+    if parts[:2] == ["target", "body"]:
+        parts = parts[:2]  # free-form JSON: the rest would be pydantic's union tags
+    return ".".join(parts) or None
+
+
+def _message(kind: str, error: Mapping[str, Any]) -> str:
+    if kind == "timezone_aware":
+        return "the time has no offset: add Z or an offset, e.g. 2026-12-24T18:00:00Z"
+    if kind in ("recursion_loop", "recursion_depth_exceeded"):
+        return "the value is nested too deeply"
+    msg = str(error.get("msg", "invalid value"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    return msg

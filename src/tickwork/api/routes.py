@@ -1,0 +1,173 @@
+"""The /v1 endpoints, /healthz and /metrics. Handlers translate; the job service decides."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+import tickwork.metrics  # noqa: F401 - registers the process's collectors before /metrics reads them
+from tickwork.api.errors import error_response
+from tickwork.api.schemas import (
+    ErrorOut,
+    FireOut,
+    Health,
+    Instant,
+    JobCreate,
+    JobList,
+    JobOut,
+    JobUpdate,
+    PreviewOut,
+    RunList,
+    RunOut,
+)
+from tickwork.clock import Clock, utc_iso
+from tickwork.domain.jobs import JobState
+from tickwork.jobs import JobService
+from tickwork.store.base import JobQuery, ScheduleStore
+from tickwork.timing.preview import preview_cron
+
+log = logging.getLogger("tickwork.api")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApiContext:
+    """What the handlers need, kept on `app.state.tickwork` by `create_app`."""
+
+    jobs: JobService
+    store: ScheduleStore
+    clock: Clock
+
+
+def _context(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.tickwork
+    return ctx
+
+
+Ctx = Annotated[ApiContext, Depends(_context)]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": description}
+    for status, description in {
+        400: "Malformed JSON",
+        404: "No such job",
+        409: "Conflicts with the job's state",
+        413: "Body over the size limit",
+        422: "Invalid input; `field` names it",
+    }.items()
+}
+
+v1 = APIRouter(prefix="/v1", responses=_ERRORS)
+ops = APIRouter()
+
+
+@v1.post("/jobs", status_code=201, tags=["jobs"])
+async def create_job(ctx: Ctx, body: JobCreate, response: Response) -> JobOut:
+    """Create a job; it is armed at once (`next_run_at` is its first occurrence from now)."""
+    job = await ctx.jobs.create(body.to_domain())
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return JobOut.of(job)
+
+
+@v1.get("/jobs", tags=["jobs"])
+async def list_jobs(
+    ctx: Ctx,
+    state: JobState | None = None,
+    name_prefix: Annotated[str | None, Query(max_length=200)] = None,
+    tenant: Annotated[str | None, Query(max_length=100)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[str | None, Query(max_length=64, description="next_after of a page")] = None,
+) -> JobList:
+    """Jobs in creation order, one page at a time (keyset pagination on the id)."""
+    query = JobQuery(
+        state=state, name_prefix=name_prefix, tenant=tenant, after_id=after, limit=limit + 1
+    )
+    jobs = await ctx.jobs.list(query)
+    next_after = jobs[limit - 1].id if len(jobs) > limit else None
+    return JobList(jobs=[JobOut.of(j) for j in jobs[:limit]], next_after=next_after)
+
+
+@v1.get("/jobs/{job_id}", tags=["jobs"])
+async def get_job(ctx: Ctx, job_id: str) -> JobOut:
+    return JobOut.of(await ctx.jobs.get(job_id))
+
+
+@v1.patch("/jobs/{job_id}", tags=["jobs"])
+async def update_job(ctx: Ctx, job_id: str, body: JobUpdate) -> JobOut:
+    """Change only the fields given. A new schedule recomputes `next_run_at` from now."""
+    return JobOut.of(await ctx.jobs.update(job_id, body.to_domain()))
+
+
+@v1.delete("/jobs/{job_id}", status_code=204, tags=["jobs"])
+async def delete_job(ctx: Ctx, job_id: str) -> Response:
+    """Delete the job and its run history."""
+    await ctx.jobs.delete(job_id)
+    return Response(status_code=204)
+
+
+@v1.post("/jobs/{job_id}/pause", tags=["jobs"])
+async def pause_job(ctx: Ctx, job_id: str) -> JobOut:
+    return JobOut.of(await ctx.jobs.pause(job_id))
+
+
+@v1.post("/jobs/{job_id}/resume", tags=["jobs"])
+async def resume_job(ctx: Ctx, job_id: str) -> JobOut:
+    """Re-arm from now; occurrences that fell while paused are skipped."""
+    return JobOut.of(await ctx.jobs.resume(job_id))
+
+
+@v1.post("/jobs/{job_id}/trigger", status_code=202, tags=["jobs"])
+async def trigger_job(ctx: Ctx, job_id: str) -> RunOut:
+    """Fire once now, outside the schedule; returns the pending run."""
+    return RunOut.of(await ctx.jobs.trigger(job_id))
+
+
+@v1.get("/jobs/{job_id}/runs", tags=["runs"])
+async def list_runs(
+    ctx: Ctx,
+    job_id: str,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    before: Annotated[int | None, Query(ge=1, description="next_before of a page")] = None,
+) -> RunList:
+    """Runs newest first, one page at a time."""
+    runs = await ctx.jobs.runs(job_id, limit=limit + 1, before_id=before)
+    next_before = runs[limit - 1].id if len(runs) > limit else None
+    return RunList(runs=[RunOut.of(r) for r in runs[:limit]], next_before=next_before)
+
+
+@v1.get("/preview", tags=["preview"])
+async def preview(
+    ctx: Ctx,
+    cron: Annotated[str, Query(max_length=200, examples=["30 2 * * *"])],
+    timezone: Annotated[str, Query(max_length=100)] = "UTC",
+    after: Annotated[Instant | None, Query(description="default: now")] = None,
+    count: Annotated[int, Query(ge=1, le=1000)] = 10,
+) -> PreviewOut:
+    """The next `count` fire instants of a cron expression, with DST notes."""
+    start = ctx.clock.now() if after is None else after
+    entries = preview_cron(cron, timezone, start, count)
+    fires = [FireOut(utc=utc_iso(e.utc), local=e.local.isoformat(), note=e.note) for e in entries]
+    return PreviewOut(fires=fires)
+
+
+@ops.get("/healthz", tags=["ops"], response_model=Health, responses={503: {"model": ErrorOut}})
+async def healthz(ctx: Ctx) -> Response | Health:
+    """200 once the store answers a cheap query; 503 otherwise."""
+    try:
+        await ctx.store.stats()
+    except Exception as exc:
+        log.warning("health check failed: %s", exc, extra={"action": "api.health_failed"})
+        return error_response(503, "store_unavailable", f"the schedule store failed: {exc}")
+    return Health()
+
+
+@ops.get("/metrics", tags=["ops"], response_class=Response)
+async def metrics() -> Response:
+    """Prometheus text exposition of this process's metrics."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+__all__ = ["ApiContext", "ops", "v1"]

@@ -1,0 +1,388 @@
+"""Request and response models of the HTTP API, and their translation to domain records.
+
+The models check shape only (types, lengths, unknown fields, URL scheme); the rules that need
+the time math (cron syntax, time zones, whether a schedule ever fires) live in the job service
+and `tickwork.timing`, which raise `InvalidInput` with the same dotted field names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from tickwork.clock import utc_iso
+from tickwork.domain.jobs import (
+    AtTrigger,
+    CronTrigger,
+    EveryTrigger,
+    Job,
+    JobState,
+    MisfirePolicy,
+    Schedule,
+    Trigger,
+    WebhookTarget,
+)
+from tickwork.domain.runs import Run, RunOrigin, RunStatus
+from tickwork.jobs import (
+    ANCHOR_AT_ACCEPT,
+    MAX_NAME_CHARS,
+    MAX_TENANT_CHARS,
+    JobPatch,
+    JobSpec,
+    check_webhook_url,
+)
+from tickwork.timing.durations import format_duration_ms, parse_duration_ms
+
+DEFAULT_TIMEOUT = "PT10S"
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+
+
+def _duration_shape(value: Any) -> Any:
+    # bool is an int subclass; `"every": true` is a mistake, not one second
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError('give a duration as ISO-8601 text like "PT30S" or a number of seconds')
+    return value
+
+
+Duration = Annotated[
+    str | int | float,
+    BeforeValidator(_duration_shape),
+    Field(examples=["PT30S", 30]),
+]
+# Instants far from now are mistakes, and near datetime's limits they overflow date math.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+
+
+def _in_range(when: datetime) -> datetime:
+    try:
+        utc = when.astimezone(UTC)
+    except OverflowError:
+        utc = EARLIEST - timedelta(days=1)  # year 1 or 9999 with an offset: far out of range
+    if not EARLIEST <= utc < LATEST:
+        raise ValueError(f"give an instant from {EARLIEST.year} to {LATEST.year - 1}")
+    return utc
+
+
+Instant = Annotated[
+    AwareDatetime, AfterValidator(_in_range), Field(examples=["2026-12-24T18:00:00Z"])
+]
+InstantOut = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+class ScheduleIn(_Input):
+    """Exactly one of `cron`, `every`, `at`, plus the options common to all three."""
+
+    cron: str | None = Field(None, max_length=200, examples=["0 2 * * *"])
+    timezone: str | None = Field(None, max_length=100, description="IANA zone; cron only")
+    every: Duration | None = None
+    anchor: Instant | None = Field(None, description="every only; default: when accepted")
+    at: Instant | None = None
+    start_at: Instant | None = None
+    end_at: Instant | None = None
+    misfire: MisfirePolicy | None = None
+    misfire_grace: Duration | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScheduleIn:
+        given = [k for k in ("cron", "every", "at") if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = " and ".join(given) if given else "none of them"
+            raise ValueError(f"give exactly one of cron, every or at (found {found})")
+        if self.timezone is not None and self.cron is None:
+            raise ValueError("timezone applies to cron schedules only; remove it")
+        if self.anchor is not None and self.every is None:
+            raise ValueError("anchor applies to every schedules only; remove it")
+        return self
+
+    def to_domain(self) -> Schedule:
+        grace: dict[str, int] = {}
+        if self.misfire_grace is not None:
+            grace["misfire_grace_ms"] = parse_duration_ms(
+                self.misfire_grace, field="schedule.misfire_grace"
+            )
+        return Schedule(
+            trigger=self._trigger(parse_duration_ms),
+            start_at=self.start_at,
+            end_at=self.end_at,
+            misfire=self.misfire or MisfirePolicy.COALESCE,
+            **grace,
+        )
+
+    def _trigger(self, parse_ms: Callable[..., int]) -> Trigger:
+        if self.cron is not None:
+            return CronTrigger(expr=self.cron, timezone=self.timezone or "UTC")
+        if self.every is not None:
+            interval_ms = parse_ms(self.every, field="schedule.every")
+            return EveryTrigger(interval_ms=interval_ms, anchor=self.anchor or ANCHOR_AT_ACCEPT)
+        assert self.at is not None  # _one_kind guarantees it
+        return AtTrigger(at=self.at)
+
+
+class TargetIn(_Input):
+    type: Literal["webhook"] = "webhook"
+    url: str = Field(max_length=2048, examples=["https://example.com/hook"])
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict, max_length=100)
+    body: JsonValue = None
+    timeout: Duration = Field(DEFAULT_TIMEOUT, description="at most PT5M")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        check_webhook_url(url)
+        return url
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _upper(cls, method: Any) -> Any:
+        return method.upper() if isinstance(method, str) else method
+
+    @field_validator("headers")
+    @classmethod
+    def _header_syntax(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"header name {name!r} is not a valid HTTP token")
+            if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
+                raise ValueError(f"header {name!r} has a control character (CR, LF, ...)")
+        return headers
+
+    def to_domain(self) -> WebhookTarget:
+        timeout_ms = parse_duration_ms(self.timeout, field="target.timeout")
+        return WebhookTarget(
+            url=self.url,
+            method=self.method,
+            headers=dict(self.headers),
+            body=self.body,
+            timeout_s=timeout_ms / 1000,
+        )
+
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+Tenant = Annotated[str, Field(min_length=1, max_length=MAX_TENANT_CHARS)]
+
+
+class JobCreate(_Input):
+    name: Name
+    tenant: Tenant = "default"
+    schedule: ScheduleIn
+    target: TargetIn
+
+    def to_domain(self) -> JobSpec:
+        return JobSpec(
+            name=self.name,
+            tenant=self.tenant,
+            schedule=self.schedule.to_domain(),
+            target=self.target.to_domain(),
+        )
+
+
+class JobUpdate(_Input):
+    """Only the fields given change; a given `schedule` or `target` replaces the old one whole."""
+
+    name: Name | None = None
+    tenant: Tenant | None = None
+    schedule: ScheduleIn | None = None
+    target: TargetIn | None = None
+
+    def to_domain(self) -> JobPatch:
+        return JobPatch(
+            name=self.name,
+            tenant=self.tenant,
+            schedule=self.schedule.to_domain() if self.schedule else None,
+            target=self.target.to_domain() if self.target else None,
+        )
+
+
+# -- responses --------------------------------------------------------------------------------
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else utc_iso(when)
+
+
+class ScheduleOut(_Output):
+    cron: str | None = None
+    timezone: str | None = None
+    every: str | None = None
+    anchor: InstantOut | None = None
+    at: InstantOut | None = None
+    start_at: InstantOut | None
+    end_at: InstantOut | None
+    misfire: MisfirePolicy
+    misfire_grace: str
+
+    @model_serializer(mode="wrap")
+    def _only_its_kind(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # the keys of the other trigger kinds are left out, not null: same shape as the input
+        data: dict[str, Any] = handler(self)
+        for key in ("cron", "timezone", "every", "anchor", "at"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> ScheduleOut:
+        trigger = schedule.trigger
+        kind: dict[str, Any]
+        if isinstance(trigger, CronTrigger):
+            kind = {"cron": trigger.expr, "timezone": trigger.timezone}
+        elif isinstance(trigger, EveryTrigger):
+            every = format_duration_ms(trigger.interval_ms)
+            kind = {"every": every, "anchor": utc_iso(trigger.anchor)}
+        else:
+            kind = {"at": utc_iso(trigger.at)}
+        return cls(
+            **kind,
+            start_at=_iso(schedule.start_at),
+            end_at=_iso(schedule.end_at),
+            misfire=schedule.misfire,
+            misfire_grace=format_duration_ms(schedule.misfire_grace_ms),
+        )
+
+
+class TargetOut(_Output):
+    type: Literal["webhook"] = "webhook"
+    url: str
+    method: str
+    headers: dict[str, str]
+    body: JsonValue
+    timeout: str
+
+    @classmethod
+    def of(cls, target: WebhookTarget) -> TargetOut:
+        return cls(
+            url=target.url,
+            method=target.method,
+            headers=dict(target.headers),
+            body=target.body,
+            timeout=format_duration_ms(round(target.timeout_s * 1000)),
+        )
+
+
+class JobOut(_Output):
+    id: str = Field(examples=["0191b0c4d2a87f3e9c1b2a3d4e5f6a7b"])
+    name: str
+    tenant: str
+    state: JobState
+    schedule: ScheduleOut
+    target: TargetOut
+    next_run_at: InstantOut | None
+    last_fired_at: InstantOut | None
+    fence_token: int
+    created_at: InstantOut
+    updated_at: InstantOut
+
+    @classmethod
+    def of(cls, job: Job) -> JobOut:
+        return cls(
+            id=job.id,
+            name=job.name,
+            tenant=job.tenant,
+            state=job.state,
+            schedule=ScheduleOut.of(job.schedule),
+            target=TargetOut.of(job.target),
+            next_run_at=_iso(job.next_run_at),
+            last_fired_at=_iso(job.last_fired_at),
+            fence_token=job.fence_token,
+            created_at=utc_iso(job.created_at),
+            updated_at=utc_iso(job.updated_at),
+        )
+
+
+class JobList(_Output):
+    jobs: list[JobOut]
+    next_after: str | None = Field(description="pass as ?after= for the next page; null: done")
+
+
+class RunOut(_Output):
+    id: int
+    job_id: str
+    key: str = Field(description="idempotency key: the same for every attempt of an occurrence")
+    origin: RunOrigin
+    scheduled_for: InstantOut
+    status: RunStatus
+    attempt: int
+    fence_token: int
+    coalesced: int
+    created_at: InstantOut
+    started_at: InstantOut | None
+    finished_at: InstantOut | None
+    http_status: int | None
+    error: str | None
+
+    @classmethod
+    def of(cls, run: Run) -> RunOut:
+        return cls(
+            id=run.id,
+            job_id=run.job_id,
+            key=run.key,
+            origin=run.origin,
+            scheduled_for=utc_iso(run.scheduled_for),
+            status=run.status,
+            attempt=run.attempt,
+            fence_token=run.fence_token,
+            coalesced=run.coalesced,
+            created_at=utc_iso(run.created_at),
+            started_at=_iso(run.started_at),
+            finished_at=_iso(run.finished_at),
+            http_status=run.http_status,
+            error=run.error,
+        )
+
+
+class RunList(_Output):
+    runs: list[RunOut]
+    next_before: int | None = Field(description="pass as ?before= for older runs; null: done")
+
+
+class FireOut(_Output):
+    utc: InstantOut
+    local: str = Field(description="the same instant in the schedule's zone, with its offset")
+    note: str | None = Field(description="set when a DST change moved or merged this fire")
+
+
+class PreviewOut(_Output):
+    fires: list[FireOut]
+
+
+class Health(_Output):
+    status: Literal["ok"] = "ok"
+
+
+class ErrorDetail(_Output):
+    code: str = Field(examples=["invalid"])
+    message: str
+    field: str | None = Field(description="dotted path of the offending input, if one")
+
+
+class ErrorOut(_Output):
+    error: ErrorDetail

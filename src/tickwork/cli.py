@@ -1,0 +1,552 @@
+"""The `tickwork` command line.
+
+    tickwork up                     API + scheduler + executor in one process
+    tickwork db upgrade             bring the database schema up to date
+    tickwork jobs <verb>            talk to a running API (create, list, get, pause, ...)
+    tickwork preview --cron EXPR    the next fire instants, computed locally
+
+Output is a readable table by default; `--json` prints machine output and nothing else.
+Every failure ends as one line on stderr, never a traceback: bad input (a flag, the API's 4xx)
+exits 2, an unreachable or failing API or store exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from tickwork.clock import SystemClock, utc_iso
+from tickwork.errors import InvalidInput, StoreError, TickworkError
+from tickwork.settings import Settings
+from tickwork.timing.preview import preview_cron
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+PIPED_WIDTH = 200
+
+app = typer.Typer(
+    name="tickwork",
+    help="tickwork: a distributed job scheduler.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+jobs_app = typer.Typer(help="Create and manage jobs through the API.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(db_app, name="db")
+
+
+class CliFailure(Exception):
+    """Ends the command with one line on stderr and an exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+def main() -> NoReturn:
+    sys.exit(run(sys.argv[1:]))
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run one command line; return its exit code. All failures are caught here."""
+    try:
+        result = app(args=list(argv), prog_name="tickwork", standalone_mode=False)
+    except typer.Abort:
+        return _fail("aborted", 130)
+    except _CLICK_ERROR as exc:
+        return _usage_failure(exc)
+    except CliFailure as exc:
+        return _fail(exc.message, exc.exit_code)
+    except InvalidInput as exc:
+        return _fail(_field_message(exc.field, exc.message), EXIT_BAD_INPUT)
+    except StoreError as exc:
+        return _fail(str(exc), EXIT_FAILURE)
+    except TickworkError as exc:
+        return _fail(str(exc), EXIT_BAD_INPUT)
+    except ValidationError as exc:  # Settings built from flags and TICKWORK_* variables
+        return _fail(_settings_message(exc), EXIT_BAD_INPUT)
+    except Exception as exc:  # a bug: still one line, but say it is one
+        return _fail(f"unexpected {type(exc).__name__}: {exc} (please report this)", EXIT_FAILURE)
+    return result if isinstance(result, int) else 0
+
+
+def _click_class(name: str) -> type[Exception]:
+    # Newer typer vendors its own click; reach its exception classes through a public one.
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+_CLICK_ERROR = _click_class("ClickException")
+
+
+def _usage_failure(exc: Any) -> int:
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        # the message is the help text; typer's rich help has printed itself already
+        if text := exc.format_message().strip():
+            _stdout().print(text, markup=False)
+        return EXIT_BAD_INPUT
+    hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    return _fail(f"{exc.format_message()}{hint}", getattr(exc, "exit_code", EXIT_BAD_INPUT))
+
+
+def _fail(message: str, code: int) -> int:
+    line = " ".join(message.split())
+    _stderr().print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+    return code
+
+
+def _stdout() -> Console:
+    # Piped output (grep, less, a file) gets wide lines rather than ids folded at 80 columns;
+    # tables only grow as wide as their content needs.
+    width = None if sys.stdout.isatty() else PIPED_WIDTH
+    return Console(highlight=False, width=width)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+# Where an API or timing field came from on this command line.
+_FLAGS = {
+    "name": "--name",
+    "tenant": "--tenant",
+    "schedule": "--cron/--every/--at",
+    "schedule.cron": "--cron",
+    "schedule.timezone": "--tz",
+    "schedule.every": "--every",
+    "schedule.at": "--at",
+    "schedule.start_at": "--start-at",
+    "schedule.end_at": "--end-at",
+    "schedule.misfire": "--misfire",
+    "target.url": "--url",
+    "target.method": "--method",
+    "target.headers": "--header",
+    "target.body": "--body",
+    "target.timeout": "--timeout",
+    "count": "--count",
+    "after": "--after",
+    "database_url": "--db",
+    "host": "--host",
+    "port": "--port",
+}
+
+
+def _field_message(field: str | None, message: str) -> str:
+    if not field:
+        return message
+    parts = field.split(".")
+    prefixes = (".".join(parts[:n]) for n in range(len(parts), 0, -1))
+    flag = next((_FLAGS[p] for p in prefixes if p in _FLAGS), None)
+    return f"{field} ({flag}): {message}" if flag else f"{field}: {message}"
+
+
+def _settings_message(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"])
+    return _field_message(field, first["msg"])
+
+
+# -- server-side commands ---------------------------------------------------------------------
+
+
+@app.command()
+def up(
+    db: Annotated[str | None, typer.Option("--db", help="database URL")] = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on")] = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on")] = None,
+) -> None:
+    """Run the API, the scheduler and the executor in one process."""
+    from tickwork.runtime.up import run_up
+
+    overrides = {"database_url": db, "host": host, "port": port}
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+    run_up(settings)
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    db: Annotated[str | None, typer.Option("--db", help="database URL")] = None,
+) -> None:
+    """Migrate the database to the newest schema (safe to run while tickwork runs)."""
+    from tickwork.store.migrate import upgrade
+
+    url = db or Settings().database_url
+    revision = asyncio.run(upgrade(url))
+    _stdout().print(f"database schema at revision {revision}", markup=False)
+
+
+# -- preview ----------------------------------------------------------------------------------
+
+
+@app.command()
+def preview(
+    cron: Annotated[str, typer.Option(help="cron expression, e.g. '30 2 * * *'")],
+    tz: Annotated[str, typer.Option("--tz", help="IANA time zone of the expression")] = "UTC",
+    after: Annotated[
+        str | None, typer.Option(help="ISO-8601 instant to start after (default: now)")
+    ] = None,
+    count: Annotated[int, typer.Option(help="how many fires, 1..1000")] = 10,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print a JSON array of UTC instants")
+    ] = False,
+) -> None:
+    """Show the next fire instants of a cron expression (computed locally, no API)."""
+    start = _parse_instant(after, "--after") if after else SystemClock().now()
+    entries = preview_cron(cron, tz, start, count)
+    if as_json:
+        _print_json([utc_iso(entry.utc) for entry in entries], indent=None)
+        return
+    table = Table(
+        "#", "UTC", f"local ({tz})", "note", title=f"next {len(entries)} fires of {cron!r}"
+    )
+    for n, entry in enumerate(entries, 1):
+        table.add_row(str(n), utc_iso(entry.utc), entry.local.isoformat(), entry.note or "")
+    _stdout().print(table)
+
+
+def _parse_instant(value: str, flag: str) -> datetime:
+    example = "e.g. 2026-03-28T00:00:00Z"
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise CliFailure(f"{flag}: {value!r} is not an ISO-8601 instant; use {example}") from None
+    if when.tzinfo is None:
+        raise CliFailure(f"{flag}: {value!r} has no offset; add Z or an offset, {example}")
+    return when
+
+
+def _print_json(data: Any, indent: int | None = 2) -> None:
+    sys.stdout.write(json.dumps(data, indent=indent) + "\n")
+    sys.stdout.flush()
+
+
+# -- the API client ---------------------------------------------------------------------------
+
+
+class ApiClient:
+    """A thin synchronous client; turns HTTP failures into `CliFailure`s."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            with httpx.Client(base_url=self.base_url, timeout=30.0) as client:
+                response = client.request(method, path, **kwargs)
+        except httpx.TransportError:
+            raise CliFailure(
+                f"cannot reach the tickwork API at {self.base_url} (is `tickwork up` running?)",
+                EXIT_FAILURE,
+            ) from None
+        except httpx.InvalidURL as exc:
+            raise CliFailure(f"--api: {self.base_url!r} is not a usable URL ({exc})") from None
+        if response.is_success:
+            return response.json() if response.content else None
+        raise self._failure(response)
+
+    def _failure(self, response: httpx.Response) -> CliFailure:
+        try:
+            error = response.json()["error"]
+            message = _field_message(error.get("field"), str(error["message"]))
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {response.status_code}: {response.text[:200]}"
+        if response.is_client_error:
+            return CliFailure(message, EXIT_BAD_INPUT)
+        return CliFailure(f"the API failed: {message}", EXIT_FAILURE)
+
+
+ApiOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api", help="API base URL [env TICKWORK_API_URL; default http://127.0.0.1:8787]"
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON and nothing else")]
+JobId = Annotated[str, typer.Argument(help="the job's id")]
+
+
+def _client(api: str | None) -> ApiClient:
+    return ApiClient(api or Settings().api_url)
+
+
+def _show(data: Any, as_json: bool, render: Callable[[Any], Any]) -> None:
+    if as_json:
+        _print_json(data)
+    else:
+        _stdout().print(render(data))
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+@jobs_app.command("create")
+def jobs_create(
+    name: Annotated[str | None, typer.Option(help="job name, 1..200 characters")] = None,
+    cron: Annotated[str | None, typer.Option(help="cron expression, e.g. '0 2 * * *'")] = None,
+    tz: Annotated[str | None, typer.Option("--tz", help="time zone of --cron")] = None,
+    every: Annotated[str | None, typer.Option(help="interval: PT30S or seconds")] = None,
+    at: Annotated[str | None, typer.Option(help="one-shot ISO-8601 instant")] = None,
+    start_at: Annotated[str | None, typer.Option(help="no fire before this instant")] = None,
+    end_at: Annotated[str | None, typer.Option(help="no fire after this instant")] = None,
+    misfire: Annotated[str | None, typer.Option(help="coalesce, fire_all or skip")] = None,
+    url: Annotated[str | None, typer.Option(help="webhook URL (http or https)")] = None,
+    method: Annotated[str | None, typer.Option(help="HTTP method [default: POST]")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="'Name: value'; repeatable")] = None,
+    body: Annotated[str | None, typer.Option(help="JSON body to send")] = None,
+    timeout: Annotated[str | None, typer.Option(help="request timeout, e.g. PT10S")] = None,
+    tenant: Annotated[str | None, typer.Option(help="tenant [default: default]")] = None,
+    file: Annotated[Path | None, typer.Option(help="job.json: the raw API body")] = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a job: one of --cron/--every/--at, and a webhook --url (or all of it in --file)."""
+    options = {
+        "name": name, "cron": cron, "tz": tz, "every": every, "at": at, "start_at": start_at,
+        "end_at": end_at, "misfire": misfire, "url": url, "method": method, "header": header,
+        "body": body, "timeout": timeout, "tenant": tenant,
+    }  # fmt: skip
+    payload = _load_job_file(file, options) if file else _job_body(options)
+    job = _client(api).call("POST", "/v1/jobs", json=payload)
+    _show(job, as_json, _job_detail)
+
+
+@jobs_app.command("list")
+def jobs_list(
+    state: Annotated[str | None, typer.Option(help="scheduled, paused or completed")] = None,
+    name_prefix: Annotated[str | None, typer.Option(help="names starting with this")] = None,
+    tenant: Annotated[str | None, typer.Option(help="only this tenant's jobs")] = None,
+    limit: Annotated[int, typer.Option(help="page size, 1..1000")] = 100,
+    after: Annotated[str | None, typer.Option(help="next_after of the previous page")] = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List jobs in creation order, one page at a time."""
+    params = {"state": state, "name_prefix": name_prefix, "tenant": tenant, "after": after}
+    query = {k: v for k, v in params.items() if v is not None} | {"limit": limit}
+    page = _client(api).call("GET", "/v1/jobs", params=query)
+    if as_json:
+        _print_json(page)
+        return
+    console = _stdout()
+    console.print(_jobs_table(page["jobs"]))
+    if page["next_after"]:
+        console.print(f"more: tickwork jobs list --after {page['next_after']}", markup=False)
+
+
+@jobs_app.command("get")
+def jobs_get(job_id: JobId, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Show one job."""
+    _show(_client(api).call("GET", f"/v1/jobs/{job_id}"), as_json, _job_detail)
+
+
+@jobs_app.command("pause")
+def jobs_pause(job_id: JobId, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Stop a job from firing until it is resumed."""
+    _show(_client(api).call("POST", f"/v1/jobs/{job_id}/pause"), as_json, _job_detail)
+
+
+@jobs_app.command("resume")
+def jobs_resume(job_id: JobId, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Re-arm a paused job from now (fires missed while paused are skipped)."""
+    _show(_client(api).call("POST", f"/v1/jobs/{job_id}/resume"), as_json, _job_detail)
+
+
+@jobs_app.command("trigger")
+def jobs_trigger(job_id: JobId, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Fire a job once now, outside its schedule."""
+    run_ = _client(api).call("POST", f"/v1/jobs/{job_id}/trigger")
+    _show(run_, as_json, lambda r: _runs_table([r], title=f"triggered job {job_id}"))
+
+
+@jobs_app.command("delete")
+def jobs_delete(job_id: JobId, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Delete a job and its run history (with --json: prints nothing)."""
+    _client(api).call("DELETE", f"/v1/jobs/{job_id}")
+    if not as_json:
+        _stdout().print(f"deleted job {job_id}", markup=False)
+
+
+@jobs_app.command("runs")
+def jobs_runs(
+    job_id: JobId,
+    limit: Annotated[int, typer.Option(help="page size, 1..1000")] = 50,
+    before: Annotated[int | None, typer.Option(help="next_before of the previous page")] = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a job's runs, newest first."""
+    query: dict[str, int] = {"limit": limit} | ({"before": before} if before else {})
+    page = _client(api).call("GET", f"/v1/jobs/{job_id}/runs", params=query)
+    if as_json:
+        _print_json(page)
+        return
+    console = _stdout()
+    console.print(_runs_table(page["runs"], title=f"runs of job {job_id}"))
+    if page["next_before"]:
+        hint = f"more: tickwork jobs runs {job_id} --before {page['next_before']}"
+        console.print(hint, markup=False)
+
+
+# -- building a job body ----------------------------------------------------------------------
+
+
+def _load_job_file(path: Path, options: Mapping[str, Any]) -> dict[str, Any]:
+    given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v not in (None, [])]
+    if given:
+        raise CliFailure(
+            f"--file: give the whole job in the file or as flags, not both ({given[0]})"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliFailure(f"--file: cannot read {str(path)!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise CliFailure(f"--file: {str(path)!r} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CliFailure(f"--file: {str(path)!r} must hold a JSON object (the POST /v1/jobs body)")
+    return data
+
+
+def _job_body(o: Mapping[str, Any]) -> dict[str, Any]:
+    for flag in ("name", "url"):
+        if o[flag] is None:
+            raise CliFailure(f"--{flag} is required (or give the whole job with --file job.json)")
+    schedule = {
+        "cron": o["cron"], "timezone": o["tz"], "every": _number_or_text(o["every"]),
+        "at": o["at"], "start_at": o["start_at"], "end_at": o["end_at"], "misfire": o["misfire"],
+    }  # fmt: skip
+    target: dict[str, Any] = {"type": "webhook", "url": o["url"]}
+    if o["method"]:
+        target["method"] = o["method"]
+    if o["header"]:
+        target["headers"] = _parse_headers(o["header"])
+    if o["body"] is not None:
+        target["body"] = _parse_json_flag(o["body"], "--body")
+    if o["timeout"]:
+        target["timeout"] = _number_or_text(o["timeout"])
+    job = {"name": o["name"], "schedule": _present(schedule), "target": target}
+    return job | ({"tenant": o["tenant"]} if o["tenant"] else {})
+
+
+def _present(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _number_or_text(value: str | None) -> str | int | float | None:
+    """`--every 30` means 30 seconds; `--every PT30S` is passed on as text."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if number.is_integer() else number
+
+
+def _parse_headers(lines: Sequence[str]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            raise CliFailure(f"--header: {line!r} is not 'Name: value', e.g. 'X-Team: data'")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def _parse_json_flag(text: str, flag: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CliFailure(f"{flag}: not valid JSON ({exc}); quote it, e.g. '{{\"k\": 1}}'") from None
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _schedule_text(schedule: Mapping[str, Any]) -> str:
+    if "cron" in schedule:
+        return f"cron {schedule['cron']} ({schedule.get('timezone', 'UTC')})"
+    if "every" in schedule:
+        return f"every {schedule['every']}"
+    return f"at {schedule.get('at')}"
+
+
+def _jobs_table(jobs: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title=f"{len(jobs)} job(s)")
+    table.add_column("id", no_wrap=True)
+    for column in ("name", "state", "schedule", "next run (UTC)"):
+        table.add_column(column)
+    for job in jobs:
+        table.add_row(
+            job["id"],
+            job["name"],
+            job["state"],
+            _schedule_text(job["schedule"]),
+            job["next_run_at"] or "-",
+        )
+    return table
+
+
+def _job_detail(job: Mapping[str, Any]) -> Table:
+    schedule, target = job["schedule"], job["target"]
+    window = f"{schedule.get('start_at') or '-'} .. {schedule.get('end_at') or '-'}"
+    rows = {
+        "id": job["id"],
+        "name": job["name"],
+        "tenant": job["tenant"],
+        "state": job["state"],
+        "schedule": _schedule_text(schedule),
+        "window": window,
+        "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
+        "target": f"{target['method']} {target['url']} (timeout {target['timeout']})",
+        "headers": ", ".join(f"{k}: {v}" for k, v in target["headers"].items()) or "-",
+        "body": "-" if target["body"] is None else json.dumps(target["body"]),
+        "next run": job["next_run_at"] or "-",
+        "last fired": job["last_fired_at"] or "-",
+        "fence token": str(job["fence_token"]),
+        "created": job["created_at"],
+        "updated": job["updated_at"],
+    }
+    table = Table(show_header=False, title=f"job {job['name']}")
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in rows.items():
+        table.add_row(key, value)
+    return table
+
+
+def _runs_table(runs: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("run", "scheduled for", "origin", "status", "attempt", "started", "finished"):
+        table.add_column(column, no_wrap=column in ("run", "status"))
+    table.add_column("result", overflow="fold")
+    for r in runs:
+        result = r["error"] or (f"HTTP {r['http_status']}" if r["http_status"] else "-")
+        table.add_row(
+            str(r["id"]),
+            r["scheduled_for"],
+            r["origin"],
+            r["status"],
+            str(r["attempt"]),
+            r["started_at"] or "-",
+            r["finished_at"] or "-",
+            result,
+        )
+    return table

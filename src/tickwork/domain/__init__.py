@@ -1,0 +1,1 @@
+"""Pure records and rules: jobs, schedules, runs, idempotency keys. No I/O, no clock."""

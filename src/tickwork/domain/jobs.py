@@ -1,0 +1,79 @@
+"""Jobs and their schedules, as plain frozen records (no I/O, no clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    SCHEDULED = "scheduled"  # armed: fires at next_run_at
+    PAUSED = "paused"  # keeps its schedule, does not fire
+    COMPLETED = "completed"  # a one-shot that fired, or a schedule past its end_at
+
+
+class MisfirePolicy(StrEnum):
+    """What to do when the scheduler finds several occurrences already past (after downtime)."""
+
+    COALESCE = "coalesce"  # fire once, for the latest missed occurrence; count the others
+    FIRE_ALL = "fire_all"  # fire every missed occurrence, oldest first
+    SKIP = "skip"  # fire none of the missed ones; wait for the next future occurrence
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CronTrigger:
+    expr: str
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EveryTrigger:
+    interval_ms: int
+    anchor: datetime  # occurrences are anchor + k * interval
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AtTrigger:
+    at: datetime
+
+
+Trigger = CronTrigger | EveryTrigger | AtTrigger
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Schedule:
+    trigger: Trigger
+    start_at: datetime | None = None  # no occurrence before this instant
+    end_at: datetime | None = None  # no occurrence after this instant
+    misfire: MisfirePolicy = MisfirePolicy.COALESCE
+    misfire_grace_ms: int = 1_000  # lateness up to this is "on time", not a misfire
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WebhookTarget:
+    url: str
+    method: str = "POST"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: Any = None  # JSON value sent as the request body; None sends no body
+    timeout_s: float = 10.0
+
+
+Target = WebhookTarget
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Job:
+    id: str
+    name: str
+    schedule: Schedule
+    target: Target
+    state: JobState
+    next_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    fence_token: int = 0
+    tenant: str = "default"
+    last_fired_at: datetime | None = None  # scheduled_for of the latest claimed occurrence

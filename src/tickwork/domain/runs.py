@@ -1,0 +1,82 @@
+"""Runs: one record per occurrence handed to an executor, and the fire that carries it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from tickwork.clock import to_us
+from tickwork.domain.jobs import Target
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"  # claimed, waiting for (or in) execution
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class RunOrigin(StrEnum):
+    SCHEDULE = "schedule"
+    MANUAL = "manual"  # POST /v1/jobs/{id}/trigger
+
+
+TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED})
+
+
+def occurrence_key(
+    job_id: str, scheduled_for: datetime, origin: RunOrigin = RunOrigin.SCHEDULE
+) -> str:
+    """The idempotency key of one occurrence: the same for every attempt of it.
+
+    Built from the nominal instant (never a jittered or actual one), in epoch milliseconds so
+    it does not depend on how the instant is formatted.
+    """
+    ms = to_us(scheduled_for) // 1000
+    suffix = "" if origin is RunOrigin.SCHEDULE else f":{origin.value}"
+    return f"{job_id}:{ms}{suffix}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fire:
+    """One occurrence leased to an executor, with everything needed to run it."""
+
+    run_id: int
+    job_id: str
+    key: str
+    scheduled_for: datetime
+    fence_token: int
+    attempt: int
+    target: Target
+    lease_until: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOutcome:
+    """What an executor reports for one fire; applied only if `fence_token` is still current."""
+
+    run_id: int
+    fence_token: int
+    status: RunStatus
+    started_at: datetime
+    finished_at: datetime
+    http_status: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Run:
+    id: int
+    job_id: str
+    key: str
+    origin: RunOrigin
+    scheduled_for: datetime
+    status: RunStatus
+    attempt: int
+    fence_token: int
+    coalesced: int  # occurrences skipped by the misfire policy in favour of this one
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    http_status: int | None
+    error: str | None

@@ -1,0 +1,280 @@
+"""The job service: the rules for creating, editing, pausing and triggering jobs.
+
+It sits between the edges (HTTP API, CLI via the API) and the `ScheduleStore`: every write goes
+through a store method and every instant comes from the injected `Clock`, read once per call so
+one request sees one "now".
+
+Rules worth knowing (the API reference repeats them for users):
+
+* A new job's id is time-sortable (`new_job_id`), so keyset pagination by id lists jobs in
+  creation order.
+* `next_run_at` is the schedule's first occurrence at or after the moment the job is accepted.
+  A schedule with no occurrence left (an `end_at` in the past, a cron that can never match
+  before its end) is rejected. A one-shot `at` in the past is accepted and fires at once.
+* Pausing keeps `next_run_at` for display. Resuming recomputes it from now: occurrences that
+  fell while the job was paused are skipped, not replayed (a one-shot that has not fired yet
+  still fires once).
+* An edit that changes the schedule recomputes `next_run_at` from now and re-arms a completed job.
+"""
+
+from __future__ import annotations
+
+import builtins
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Final
+from urllib.parse import urlsplit
+
+from tickwork.clock import Clock
+from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
+from tickwork.domain.runs import Run
+from tickwork.errors import Conflict, InvalidInput, StaleJob
+from tickwork.store.base import JobQuery, ScheduleStore
+from tickwork.timing.triggers import first_occurrence, validate_schedule
+
+__all__ = [
+    "ANCHOR_AT_ACCEPT",
+    "MAX_NAME_CHARS",
+    "MAX_TIMEOUT_S",
+    "WEBHOOK_METHODS",
+    "JobPatch",
+    "JobService",
+    "JobSpec",
+    "check_webhook_url",
+    "new_job_id",
+]
+
+# An `EveryTrigger` anchored here is anchored at the instant the service accepts the job, read
+# from the same clock reading as next_run_at (two reads could disagree about the first fire).
+ANCHOR_AT_ACCEPT: Final = datetime(1, 1, 1, tzinfo=UTC)
+
+MAX_NAME_CHARS: Final = 200
+MAX_TENANT_CHARS: Final = 100
+MAX_TIMEOUT_S: Final = 300.0
+MAX_URL_CHARS: Final = 2048
+EDIT_ATTEMPTS: Final = 5  # a job claimed every millisecond still gets edited within a few
+WEBHOOK_METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobSpec:
+    """Everything a caller chooses about a new job."""
+
+    name: str
+    schedule: Schedule
+    target: WebhookTarget
+    tenant: str = "default"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobPatch:
+    """A partial edit: None keeps a field; a given schedule or target replaces the old one whole."""
+
+    name: str | None = None
+    tenant: str | None = None
+    schedule: Schedule | None = None
+    target: WebhookTarget | None = None
+
+
+class JobService:
+    def __init__(self, store: ScheduleStore, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def create(self, spec: JobSpec) -> Job:
+        now = self._clock.now()
+        schedule = _anchor(spec.schedule, now)
+        _check_fields(name=spec.name, tenant=spec.tenant, target=spec.target)
+        next_run_at = _first_fire(schedule, now)
+        job = Job(
+            id=new_job_id(now),
+            name=spec.name,
+            tenant=spec.tenant,
+            schedule=schedule,
+            target=spec.target,
+            state=JobState.SCHEDULED,
+            next_run_at=next_run_at,
+            created_at=now,
+            updated_at=now,
+        )
+        return await self._store.create_job(job)
+
+    async def get(self, job_id: str) -> Job:
+        return await self._store.get_job(job_id)
+
+    async def list(self, query: JobQuery) -> list[Job]:
+        return await self._store.list_jobs(query)
+
+    async def _edit(self, job_id: str, change: Callable[[Job, datetime], Job]) -> Job:
+        """Read, change and write back with the store's compare-and-set on the fence token.
+
+        A scheduler claiming the job in between makes the write stale; the change is then
+        re-applied to the fresh job, so an edit never undoes a claim (no lost advance, no
+        re-armed one-shot).
+        """
+        for _ in range(EDIT_ATTEMPTS):
+            job = await self._store.get_job(job_id)
+            edited = change(job, self._clock.now())
+            if edited is job:
+                return job
+            try:
+                return await self._store.update_job(edited)
+            except StaleJob:
+                continue
+        raise Conflict(f"job {job_id!r} kept changing while it was edited; try again")
+
+    async def update(self, job_id: str, patch: JobPatch) -> Job:
+        return await self._edit(job_id, lambda job, now: _patched(job, patch, now))
+
+    async def pause(self, job_id: str) -> Job:
+        return await self._edit(job_id, _paused)
+
+    async def resume(self, job_id: str) -> Job:
+        return await self._edit(job_id, _resumed)
+
+    async def trigger(self, job_id: str) -> Run:
+        """Fire the job once now, outside its schedule, whatever its state."""
+        return await self._store.add_manual_run(job_id, now=self._clock.now())
+
+    async def delete(self, job_id: str) -> None:
+        await self._store.delete_job(job_id)
+
+    async def runs(
+        self, job_id: str, limit: int = 50, before_id: int | None = None
+    ) -> builtins.list[Run]:
+        return await self._store.list_runs(job_id, limit=limit, before_id=before_id)
+
+
+# -- ids --------------------------------------------------------------------------------------
+
+_ID_LOCK = threading.Lock()
+_last_id: tuple[int, int] = (0, 0)  # (ms, random part) of the latest id from this process
+_RANDOM_BITS: Final = 80
+
+
+def new_job_id(now: datetime) -> str:
+    """A 32-hex-char id: 48-bit epoch milliseconds, then 80 random bits.
+
+    Within one process ids strictly increase even when the clock stands still or steps back
+    (the random part of the previous id is incremented), so sorting by id is creation order.
+    """
+    global _last_id
+    ms = max(0, int(now.timestamp() * 1000)) & ((1 << 48) - 1)
+    with _ID_LOCK:
+        last_ms, last_rand = _last_id
+        if ms > last_ms:
+            rand = secrets.randbits(_RANDOM_BITS)
+        else:
+            ms, rand = last_ms, last_rand + 1
+            if rand >> _RANDOM_BITS:  # 2**80 ids in one millisecond: borrow the next one
+                ms, rand = ms + 1, secrets.randbits(_RANDOM_BITS - 1)
+        _last_id = (ms, rand)
+    return f"{(ms << _RANDOM_BITS) | rand:032x}"
+
+
+# -- rules ------------------------------------------------------------------------------------
+
+
+def check_webhook_url(url: str) -> None:
+    """Raise ValueError unless `url` is an absolute http(s) URL with a host."""
+    hint = "use an absolute http:// or https:// URL, e.g. https://example.com/hook"
+    if len(url) > MAX_URL_CHARS:
+        raise ValueError(f"URL is longer than {MAX_URL_CHARS} characters")
+    if any(ch.isspace() for ch in url):
+        raise ValueError(f"URL contains whitespace; {hint}")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        raise ValueError(f"malformed URL ({exc}); {hint}") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        scheme = f"{parts.scheme}:" if parts.scheme else "no scheme"
+        raise ValueError(f"{scheme} URLs are not allowed; {hint}")
+    if not host:
+        raise ValueError(f"URL has no host; {hint}")
+
+
+def _check_fields(*, name: str, tenant: str, target: WebhookTarget) -> None:
+    if not name.strip() or len(name) > MAX_NAME_CHARS:
+        raise InvalidInput("name", f"give a name of 1 to {MAX_NAME_CHARS} characters")
+    if not tenant or len(tenant) > MAX_TENANT_CHARS:
+        raise InvalidInput("tenant", f"give a tenant of 1 to {MAX_TENANT_CHARS} characters")
+    try:
+        check_webhook_url(target.url)
+    except ValueError as exc:
+        raise InvalidInput("target.url", str(exc)) from None
+    if target.method not in WEBHOOK_METHODS:
+        allowed = ", ".join(sorted(WEBHOOK_METHODS))
+        raise InvalidInput("target.method", f"{target.method!r} is not one of {allowed}")
+    if not 0 < target.timeout_s <= MAX_TIMEOUT_S:
+        raise InvalidInput("target.timeout", "give a timeout above zero and at most PT5M")
+
+
+def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
+    edited = replace(
+        job,
+        name=job.name if patch.name is None else patch.name,
+        tenant=job.tenant if patch.tenant is None else patch.tenant,
+        target=job.target if patch.target is None else patch.target,
+        updated_at=now,
+    )
+    _check_fields(name=edited.name, tenant=edited.tenant, target=edited.target)
+    if patch.schedule is not None:
+        schedule = _anchor(patch.schedule, now)
+        if schedule != job.schedule:
+            edited = _reschedule(edited, schedule, now)
+    return edited
+
+
+def _paused(job: Job, now: datetime) -> Job:
+    if job.state is JobState.COMPLETED:
+        raise Conflict(f"job {job.id!r} is completed and has nothing left to pause")
+    if job.state is JobState.PAUSED:
+        return job
+    return replace(job, state=JobState.PAUSED, updated_at=now)
+
+
+def _resumed(job: Job, now: datetime) -> Job:
+    if job.state is JobState.COMPLETED:
+        raise Conflict(f"job {job.id!r} is completed; give it a new schedule (PATCH) to re-arm it")
+    if job.state is JobState.SCHEDULED:
+        return job
+    next_run_at = first_occurrence(job.schedule, now)
+    state = JobState.SCHEDULED if next_run_at is not None else JobState.COMPLETED
+    return replace(job, state=state, next_run_at=next_run_at, updated_at=now)
+
+
+def _anchor(schedule: Schedule, now: datetime) -> Schedule:
+    trigger = schedule.trigger
+    if isinstance(trigger, EveryTrigger) and trigger.anchor == ANCHOR_AT_ACCEPT:
+        return replace(schedule, trigger=replace(trigger, anchor=now))
+    return schedule
+
+
+def _reschedule(job: Job, schedule: Schedule, now: datetime) -> Job:
+    next_run_at = _first_fire(schedule, now)
+    state = JobState.SCHEDULED if job.state is JobState.COMPLETED else job.state
+    return replace(job, schedule=schedule, next_run_at=next_run_at, state=state)
+
+
+def _first_fire(schedule: Schedule, now: datetime) -> datetime:
+    """Validate the schedule and return its first occurrence; reject one that never fires."""
+    validate_schedule(schedule)
+    first = first_occurrence(schedule, now)
+    if first is not None:
+        return first
+    if schedule.end_at is not None and first_occurrence(replace(schedule, end_at=None), now):
+        raise InvalidInput(
+            "schedule.end_at",
+            "the schedule never fires after now before end_at; move end_at later or drop it",
+            code="never_fires",
+        )
+    raise InvalidInput(
+        "schedule",
+        "the schedule never fires after now; check the cron expression, start_at and end_at",
+        code="never_fires",
+    )

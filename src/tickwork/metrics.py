@@ -1,0 +1,51 @@
+"""Prometheus metrics shared by the API, scheduler and executor of one process."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS_S = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+)
+
+FIRES = Counter("tickwork_fires_total", "Occurrences claimed and handed to an executor", ["origin"])
+MISSED = Counter(
+    "tickwork_misfires_total", "Occurrences folded or skipped by a misfire policy", ["policy"]
+)
+FIRE_LATENESS = Histogram(
+    "tickwork_fire_lateness_seconds",
+    "Execution start minus the occurrence's scheduled instant",
+    buckets=_LATENCY_BUCKETS_S,
+)
+DUE_SCAN_SECONDS = Histogram(
+    "tickwork_due_scan_seconds", "Time to read one batch of due jobs", buckets=_LATENCY_BUCKETS_S
+)
+CLAIM_SECONDS = Histogram(
+    "tickwork_claim_seconds",
+    "Time to claim + advance one batch (one transaction)",
+    buckets=_LATENCY_BUCKETS_S,
+)
+CLAIM_CONFLICTS = Counter(
+    "tickwork_claim_conflicts_total", "Planned claims dropped because the job changed meanwhile"
+)
+RUNS = Counter("tickwork_runs_total", "Finished runs by outcome", ["status"])
+STALE_OUTCOMES = Counter(
+    "tickwork_stale_outcomes_total", "Run outcomes rejected by the fence token (zombie writes)"
+)
+RUN_SECONDS = Histogram(
+    "tickwork_run_duration_seconds", "Execution time of a run", buckets=_LATENCY_BUCKETS_S
+)
+INFLIGHT = Gauge("tickwork_runs_inflight", "Runs being executed by this process")

@@ -1,0 +1,27 @@
+"""Database URL -> store backend."""
+
+from __future__ import annotations
+
+from tickwork.errors import InvalidInput
+from tickwork.settings import sqlite_path
+from tickwork.store.base import ScheduleStore
+
+ACCEPTED = "sqlite:///PATH (embedded default), postgresql://USER@HOST:PORT/DB, or memory://"
+
+
+def store_for_url(url: str) -> ScheduleStore:
+    """Build (not open) the store a database URL names."""
+    path = sqlite_path(url)
+    if path is not None:
+        from tickwork.store.sqlite import SqliteStore
+
+        return SqliteStore(path)
+    if url.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
+        from tickwork.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    if url == "memory://":
+        from tickwork.store.memory import MemoryStore
+
+        return MemoryStore()
+    raise InvalidInput("database_url", f"unsupported database URL {url!r}; use {ACCEPTED}")

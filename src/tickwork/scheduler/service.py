@@ -1,0 +1,126 @@
+"""The scheduler service: find due jobs, claim them, hand their fires to an executor.
+
+`run_once(now)` is one tick and returns what it did; `run()` loops, sleeping until the earliest
+due job (minus a small claim-ahead) or until the store reports a change, never polling blindly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from tickwork import metrics
+from tickwork.clock import Clock
+from tickwork.domain.runs import Fire
+from tickwork.scheduler.planning import plan_claim, sleep_seconds
+from tickwork.store.base import ClaimPlan, DueJob, ScheduleStore
+
+log = logging.getLogger("tickwork.scheduler")
+
+Dispatch = Callable[[Sequence[Fire]], None]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SchedulerConfig:
+    node_id: str
+    batch_size: int = 1000
+    lookahead_ms: int = 50  # claim this early; the executor still starts on the instant
+    max_idle_ms: int = 1000  # longest sleep when nothing wakes us (other processes' writes)
+    lease_ttl_ms: int = 60_000  # how long a fire stays ours without a heartbeat
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if not 0 <= self.lookahead_ms <= self.max_idle_ms:
+            raise ValueError("lookahead_ms must be between 0 and max_idle_ms")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TickResult:
+    due: int  # jobs the due-scan returned
+    fires: list[Fire] = field(default_factory=list)  # occurrences claimed and dispatched
+    conflicts: int = 0  # planned fires dropped because another claimer or an edit won
+    full_batch: bool = False  # the scan hit the batch limit: more may be due already
+
+
+class SchedulerService:
+    def __init__(
+        self,
+        store: ScheduleStore,
+        clock: Clock,
+        config: SchedulerConfig,
+        dispatch: Dispatch,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._config = config
+        self._dispatch = dispatch
+
+    async def run_once(self, now: datetime | None = None) -> TickResult:
+        """Claim every job due by `now` (+ lookahead), up to one batch, and dispatch its fires."""
+        now = self._clock.now() if now is None else now
+        cfg = self._config
+        started = time.perf_counter()
+        due = await self._store.due_jobs(
+            now + timedelta(milliseconds=cfg.lookahead_ms), cfg.batch_size
+        )
+        metrics.DUE_SCAN_SECONDS.observe(time.perf_counter() - started)
+        if not due:
+            return TickResult(due=0)
+        plans = [plan_claim(job, now) for job in due]
+        lease_until = now + timedelta(milliseconds=cfg.lookahead_ms + cfg.lease_ttl_ms)
+        started = time.perf_counter()
+        fires = await self._store.claim(plans, owner=cfg.node_id, lease_until=lease_until, now=now)
+        metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
+        if fires:
+            self._dispatch(fires)
+        conflicts = sum(p.scheduled_for is not None for p in plans) - len(fires)
+        _record(due, plans, fires, conflicts)
+        return TickResult(
+            due=len(due), fires=fires, conflicts=conflicts, full_batch=len(due) == cfg.batch_size
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until `stop` is set. Store errors are logged and retried after a pause."""
+        changed = self._store.watch("jobs")
+        while not stop.is_set():
+            try:
+                result = await self.run_once()
+                if result.full_batch:
+                    continue  # more are due right now
+                delay = sleep_seconds(
+                    await self._store.next_due_at(),
+                    self._clock.now(),
+                    lookahead_ms=self._config.lookahead_ms,
+                    max_idle_ms=self._config.max_idle_ms,
+                )
+            except Exception:
+                log.exception("scheduler tick failed", extra={"action": "tick_failed"})
+                delay = self._config.max_idle_ms / 1000
+            await _wait_any(changed, stop, delay)
+
+
+def _record(
+    due: Sequence[DueJob], plans: Sequence[ClaimPlan], fires: Sequence[Fire], conflicts: int
+) -> None:
+    metrics.FIRES.labels(origin="schedule").inc(len(fires))
+    metrics.CLAIM_CONFLICTS.inc(conflicts)
+    for job, plan in zip(due, plans, strict=True):
+        if plan.coalesced:
+            metrics.MISSED.labels(policy=job.schedule.misfire.value).inc(plan.coalesced)
+
+
+async def _wait_any(changed: asyncio.Event, stop: asyncio.Event, timeout_s: float) -> None:
+    """Sleep up to `timeout_s`, waking early on a store change or on stop."""
+    if timeout_s > 0 and not changed.is_set() and not stop.is_set():
+        waiters = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+    changed.clear()

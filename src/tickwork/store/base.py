@@ -1,0 +1,161 @@
+"""The `ScheduleStore` seam: where jobs, their next fire and their runs live.
+
+Every backend (memory, SQLite, PostgreSQL) passes one contract suite
+(`tests/contract/test_store_contract.py`). The contract, written once here:
+
+* Instants go in and come out as aware UTC datetimes, kept to the microsecond.
+* `due_jobs` is a read: it locks nothing and may return jobs another scheduler is claiming.
+* `claim` is the only way a job fires. For each plan it performs, in ONE transaction, a
+  compare-and-set on `(fence_token, next_run_at)` that increments the fence, advances
+  `next_run_at` (or completes the job) and inserts the occurrence's run. A plan whose job
+  changed since it was read (another claimer won, the job was paused, edited or deleted) is
+  dropped silently and yields no fire. A run whose occurrence key already exists is not inserted
+  again. So however many schedulers race, each occurrence fires at most once per claim winner,
+  and a crash leaves either nothing or a complete claim + advance + pending run.
+* `lease_orphans` re-leases pending runs whose lease expired (a crashed executor, a manual
+  trigger nobody picked up yet), incrementing the run's fence token and attempt.
+* `extend_leases` is the executor's heartbeat for long runs, fence-guarded like every write.
+* `finish_runs` applies an outcome only if the run is still pending with the same fence token;
+  a zombie executor's late outcome is rejected (it returns how many were applied).
+* `watch(topic)` returns an event set whenever jobs (topic "jobs") or runs (topic "runs")
+  change, by this process or, where the backend can tell (PostgreSQL LISTEN/NOTIFY), another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from tickwork.domain.jobs import Job, JobState, Schedule
+from tickwork.domain.runs import Fire, Run, RunOutcome
+
+Topic = Literal["jobs", "runs"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DueJob:
+    """A job whose next_run_at has come, as read by the due-scan (not yet claimed)."""
+
+    job_id: str
+    fence_token: int
+    next_run_at: datetime
+    schedule: Schedule
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimPlan:
+    """What one claim does to one job; computed by pure code (`scheduler.planning`)."""
+
+    job_id: str
+    expected_fence: int
+    expected_next_run_at: datetime
+    scheduled_for: datetime | None  # the occurrence to fire; None fires nothing (misfire skip)
+    coalesced: int  # missed occurrences folded into this fire (or skipped, if nothing fires)
+    new_next_run_at: datetime | None  # None: the job is completed
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobQuery:
+    state: JobState | None = None
+    name_prefix: str | None = None
+    tenant: str | None = None
+    after_id: str | None = None  # keyset pagination: ids sort in creation order
+    limit: int = 100
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoreStats:
+    jobs_by_state: dict[str, int]
+    runs_pending: int
+
+
+class ScheduleStore(Protocol):
+    async def open(self) -> None:
+        """Connect (and, where the backend is embedded, create and migrate the schema)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def create_job(self, job: Job) -> Job: ...
+
+    async def get_job(self, job_id: str) -> Job:
+        """Raises NotFound."""
+        ...
+
+    async def list_jobs(self, query: JobQuery) -> list[Job]: ...
+
+    async def update_job(self, job: Job) -> Job:
+        """Overwrite the job's editable fields, state and next_run_at, if its fence token is
+        still `job.fence_token` (compare-and-set: an edit never undoes a claim it did not see).
+
+        Raises NotFound, or StaleJob when the job was claimed since it was read.
+        """
+        ...
+
+    async def delete_job(self, job_id: str) -> None:
+        """Delete the job and its runs. Raises NotFound."""
+        ...
+
+    # -- fire path --------------------------------------------------------------------------
+    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
+        """Scheduled jobs with next_run_at <= until, earliest first."""
+        ...
+
+    async def next_due_at(self) -> datetime | None:
+        """The earliest next_run_at of any scheduled job."""
+        ...
+
+    async def claim(
+        self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
+    ) -> list[Fire]: ...
+
+    async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
+        """Record an out-of-schedule occurrence at `now`, leasable at once. Raises NotFound."""
+        ...
+
+    async def lease_orphans(
+        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+    ) -> list[Fire]: ...
+
+    async def extend_leases(
+        self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
+    ) -> int:
+        """Heartbeat: move the lease of each pending (run_id, fence_token) to `lease_until`.
+
+        Returns how many were extended; a run whose fence moved on is not touched.
+        """
+        ...
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int: ...
+
+    # -- history ----------------------------------------------------------------------------
+    async def list_runs(
+        self, job_id: str, *, limit: int = 50, before_id: int | None = None
+    ) -> list[Run]:
+        """Newest first. Raises NotFound if the job does not exist."""
+        ...
+
+    async def stats(self) -> StoreStats: ...
+
+    # -- change notification ----------------------------------------------------------------
+    def watch(self, topic: Topic) -> asyncio.Event: ...
+
+
+class Watchers:
+    """Per-subscriber events, so one waiter clearing its event never hides a change from another."""
+
+    def __init__(self) -> None:
+        self._events: dict[Topic, list[asyncio.Event]] = {"jobs": [], "runs": []}
+
+    def watch(self, topic: Topic) -> asyncio.Event:
+        event = asyncio.Event()
+        self._events[topic].append(event)
+        return event
+
+    def notify(self, topic: Topic) -> None:
+        for event in self._events[topic]:
+            event.set()

@@ -1,0 +1,262 @@
+"""In-memory reference store: the contract in its plainest form, for unit tests.
+
+Not durable and single-process; every method runs without awaiting, so each is atomic under
+asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, RunStatus, occurrence_key
+from tickwork.errors import NotFound, StaleJob
+from tickwork.store.base import ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._runs: dict[int, Run] = {}
+        self._leases: dict[int, tuple[str | None, datetime]] = {}
+        self._keys: set[str] = set()
+        self._next_run_id = 1
+        self._watchers = Watchers()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def watch(self, topic: Topic) -> asyncio.Event:
+        return self._watchers.watch(topic)
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def create_job(self, job: Job) -> Job:
+        self._jobs[job.id] = job
+        self._watchers.notify("jobs")
+        return job
+
+    async def get_job(self, job_id: str) -> Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise NotFound("job", job_id) from None
+
+    async def list_jobs(self, query: JobQuery) -> list[Job]:
+        jobs = sorted(self._jobs.values(), key=lambda j: j.id)
+        out = [j for j in jobs if _matches(j, query)]
+        return out[: query.limit]
+
+    async def update_job(self, job: Job) -> Job:
+        current = await self.get_job(job.id)
+        if current.fence_token != job.fence_token:
+            raise StaleJob(f"job {job.id!r} was claimed since it was read")
+        stored = replace(job, last_fired_at=current.last_fired_at)
+        self._jobs[job.id] = stored
+        self._watchers.notify("jobs")
+        return stored
+
+    async def delete_job(self, job_id: str) -> None:
+        await self.get_job(job_id)
+        del self._jobs[job_id]
+        for run_id in [r.id for r in self._runs.values() if r.job_id == job_id]:
+            run = self._runs.pop(run_id)
+            self._keys.discard(run.key)
+            self._leases.pop(run_id, None)
+        self._watchers.notify("jobs")
+
+    # -- fire path --------------------------------------------------------------------------
+    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
+        due = [j for j in self._jobs.values() if _schedulable(j) and j.next_run_at <= until]  # type: ignore[operator]
+        due.sort(key=lambda j: j.next_run_at)  # type: ignore[arg-type, return-value]
+        return [
+            DueJob(
+                job_id=j.id,
+                fence_token=j.fence_token,
+                next_run_at=j.next_run_at,  # type: ignore[arg-type]
+                schedule=j.schedule,
+            )
+            for j in due[:limit]
+        ]
+
+    async def next_due_at(self) -> datetime | None:
+        times = [j.next_run_at for j in self._jobs.values() if _schedulable(j)]
+        return min(times) if times else None  # type: ignore[type-var]
+
+    async def claim(
+        self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
+    ) -> list[Fire]:
+        fires: list[Fire] = []
+        for plan in plans:
+            job = self._jobs.get(plan.job_id)
+            if job is None or not _claimable(job, plan):
+                continue
+            fence = job.fence_token + 1
+            self._jobs[job.id] = replace(
+                job,
+                fence_token=fence,
+                next_run_at=plan.new_next_run_at if plan.new_next_run_at else job.next_run_at,
+                state=JobState.SCHEDULED if plan.new_next_run_at else JobState.COMPLETED,
+                last_fired_at=plan.scheduled_for or job.last_fired_at,
+            )
+            if plan.scheduled_for is None:
+                continue
+            run = self._insert_run(
+                job, plan.scheduled_for, RunOrigin.SCHEDULE, fence, plan.coalesced, now
+            )
+            if run is not None:
+                self._leases[run.id] = (owner, lease_until)
+                fires.append(_fire(run, job, lease_until))
+        return fires
+
+    async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
+        job = await self.get_job(job_id)
+        run = self._insert_run(job, now, RunOrigin.MANUAL, job.fence_token, 0, now, attempt=0)
+        if run is None:
+            key = occurrence_key(job_id, now, RunOrigin.MANUAL)
+            return next(r for r in self._runs.values() if r.key == key)
+        self._leases[run.id] = (None, now)
+        self._watchers.notify("runs")
+        return run
+
+    async def lease_orphans(
+        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+    ) -> list[Fire]:
+        expired = [
+            run_id
+            for run_id, (_, until) in sorted(self._leases.items(), key=lambda kv: kv[1][1])
+            if until <= now
+        ][:limit]
+        fires = []
+        for run_id in expired:
+            run = self._runs[run_id]
+            run = replace(run, fence_token=run.fence_token + 1, attempt=run.attempt + 1)
+            self._runs[run_id] = run
+            self._leases[run_id] = (owner, lease_until)
+            fires.append(_fire(run, self._jobs[run.job_id], lease_until))
+        return fires
+
+    async def extend_leases(
+        self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
+    ) -> int:
+        extended = 0
+        for run_id, fence in leases:
+            run = self._runs.get(run_id)
+            if run is None or run.fence_token != fence or run_id not in self._leases:
+                continue
+            self._leases[run_id] = (self._leases[run_id][0], lease_until)
+            extended += 1
+        return extended
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int:
+        applied = 0
+        for outcome in outcomes:
+            run = self._runs.get(outcome.run_id)
+            if run is None or run.status is not RunStatus.PENDING:
+                continue
+            if run.fence_token != outcome.fence_token:
+                continue
+            self._runs[run.id] = replace(
+                run,
+                status=outcome.status,
+                started_at=outcome.started_at,
+                finished_at=outcome.finished_at,
+                http_status=outcome.http_status,
+                error=outcome.error,
+            )
+            self._leases.pop(run.id, None)
+            applied += 1
+        return applied
+
+    # -- history ----------------------------------------------------------------------------
+    async def list_runs(
+        self, job_id: str, *, limit: int = 50, before_id: int | None = None
+    ) -> list[Run]:
+        await self.get_job(job_id)
+        runs = [
+            r
+            for r in self._runs.values()
+            if r.job_id == job_id and (before_id is None or r.id < before_id)
+        ]
+        runs.sort(key=lambda r: r.id, reverse=True)
+        return runs[:limit]
+
+    async def stats(self) -> StoreStats:
+        by_state: dict[str, int] = {}
+        for job in self._jobs.values():
+            by_state[job.state.value] = by_state.get(job.state.value, 0) + 1
+        return StoreStats(jobs_by_state=by_state, runs_pending=len(self._leases))
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _insert_run(
+        self,
+        job: Job,
+        scheduled_for: datetime,
+        origin: RunOrigin,
+        fence: int,
+        coalesced: int,
+        now: datetime,
+        attempt: int = 1,
+    ) -> Run | None:
+        key = occurrence_key(job.id, scheduled_for, origin)
+        if key in self._keys:
+            return None
+        self._keys.add(key)
+        run = Run(
+            id=self._next_run_id,
+            job_id=job.id,
+            key=key,
+            origin=origin,
+            scheduled_for=scheduled_for,
+            status=RunStatus.PENDING,
+            attempt=attempt,
+            fence_token=fence,
+            coalesced=coalesced,
+            created_at=now,
+            started_at=None,
+            finished_at=None,
+            http_status=None,
+            error=None,
+        )
+        self._next_run_id += 1
+        self._runs[run.id] = run
+        return run
+
+
+def _schedulable(job: Job) -> bool:
+    return job.state is JobState.SCHEDULED and job.next_run_at is not None
+
+
+def _claimable(job: Job, plan: ClaimPlan) -> bool:
+    return (
+        _schedulable(job)
+        and job.fence_token == plan.expected_fence
+        and job.next_run_at == plan.expected_next_run_at
+    )
+
+
+def _matches(job: Job, query: JobQuery) -> bool:
+    return (
+        (query.state is None or job.state is query.state)
+        and (query.tenant is None or job.tenant == query.tenant)
+        and (query.name_prefix is None or job.name.startswith(query.name_prefix))
+        and (query.after_id is None or job.id > query.after_id)
+    )
+
+
+def _fire(run: Run, job: Job, lease_until: datetime) -> Fire:
+    return Fire(
+        run_id=run.id,
+        job_id=run.job_id,
+        key=run.key,
+        scheduled_for=run.scheduled_for,
+        fence_token=run.fence_token,
+        attempt=run.attempt,
+        target=job.target,
+        lease_until=lease_until,
+    )

@@ -1,0 +1,310 @@
+"""PostgreSQL store: many schedulers and API processes on one database.
+
+The claim is ONE statement per batch: a compare-and-set on (fence_token, next_run_at) over rows
+taken with `FOR UPDATE SKIP LOCKED` (a row another scheduler is claiming is skipped, not
+waited for), which advances each job and inserts its pending run in the same transaction.
+Writes that should wake other processes send `NOTIFY tickwork, '<topic>'`; a dedicated
+connection LISTENs and sets this process's watch events.
+
+Hot statements run with `plan_cache_mode = force_custom_plan`: a generic plan cached while a
+table was small or empty can stay slow after it fills (measured in shared/bench-anchors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from tickwork.clock import to_us
+from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.errors import NotFound, StaleJob, StoreError
+from tickwork.store.base import ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
+from tickwork.store.sql import rows
+from tickwork.store.sql import statements as sql
+
+log = logging.getLogger("tickwork.store.postgres")
+
+CHANNEL = "tickwork"
+
+CLAIM = """
+WITH plan AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
+                         $6::bigint[], $7::int[], $8::text[])
+        AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key)
+),
+locked AS (
+    SELECT j.id FROM tw_jobs j JOIN plan p ON j.id = p.id
+    WHERE j.state = 'scheduled' AND j.fence_token = p.fence AND j.next_run_us = p.expected_us
+    FOR UPDATE OF j SKIP LOCKED
+),
+claimed AS (
+    UPDATE tw_jobs j
+    SET fence_token = j.fence_token + 1, next_run_us = p.new_next_us, state = p.new_state,
+        last_fired_us = coalesce(p.fired_us, j.last_fired_us), claimed_by = $9, claimed_us = $10
+    FROM plan p, locked l
+    WHERE j.id = p.id AND j.id = l.id
+    RETURNING j.id, j.fence_token, j.target, p.fired_us, p.coalesced, p.key
+),
+inserted AS (
+    INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                         coalesced, lease_owner, lease_until_us, created_us)
+    SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, $9, $11, $10
+    FROM claimed WHERE fired_us IS NOT NULL
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id, job_id, key, scheduled_us, fence_token, attempt
+)
+SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, c.target
+FROM inserted i JOIN claimed c ON c.id = i.job_id
+"""
+LEASE_ORPHANS = """
+UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
+    lease_owner = $1, lease_until_us = $2
+FROM tw_jobs j
+WHERE r.id = ANY(ARRAY(
+        SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= $3
+        ORDER BY lease_until_us LIMIT $4 FOR UPDATE SKIP LOCKED))
+  AND j.id = r.job_id
+RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target
+"""
+FINISH_RUNS = """
+UPDATE tw_runs r SET status = o.status, started_us = o.started_us, finished_us = o.finished_us,
+    http_status = o.http_status, error = o.error, lease_owner = NULL, lease_until_us = NULL
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::int[],
+            $7::text[]) AS o(id, fence, status, started_us, finished_us, http_status, error)
+WHERE r.id = o.id AND r.fence_token = o.fence AND r.status = 'pending'
+"""
+EXTEND_LEASES = """
+UPDATE tw_runs r SET lease_until_us = $3
+FROM unnest($1::bigint[], $2::bigint[]) AS l(id, fence)
+WHERE r.id = l.id AND r.fence_token = l.fence AND r.status = 'pending'
+"""
+NOTIFY = "SELECT pg_notify($1, $2)"
+
+
+def asyncpg_dsn(url: str) -> str:
+    for prefix in ("postgresql+asyncpg://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql://" + url[len(prefix) :]
+    return url
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.execute("SET plan_cache_mode = force_custom_plan")
+
+
+class PostgresStore:
+    def __init__(self, url: str, *, migrate: bool = True, pool_size: int = 10) -> None:
+        self.url = url
+        self._dsn = asyncpg_dsn(url)
+        self._migrate = migrate
+        self._pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+        self._listener: asyncpg.Connection | None = None
+        self._watchers = Watchers()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._migrate:
+            from tickwork.store.migrate import upgrade
+
+            await upgrade(self.url)
+        try:
+            self._pool = await asyncpg.create_pool(
+                self._dsn, min_size=1, max_size=self._pool_size, init=_init_connection
+            )
+            self._listener = await asyncpg.connect(self._dsn)
+            await self._listener.add_listener(CHANNEL, self._on_notify)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    def watch(self, topic: Topic) -> asyncio.Event:
+        return self._watchers.watch(topic)
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        if payload == "jobs":
+            self._watchers.notify("jobs")
+        elif payload == "runs":
+            self._watchers.notify("runs")
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreError("PostgresStore used before open()")
+        return self._pool
+
+    async def _fetch(self, statement: str, params: dict[str, Any]) -> list[asyncpg.Record]:
+        text, names = sql.to_numbered(statement)
+        try:
+            return list(await self.pool.fetch(text, *(params[n] for n in names)))
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+
+    async def _write_notify(
+        self, statement: str, params: dict[str, Any], topic: Topic
+    ) -> list[asyncpg.Record]:
+        """Run one write and its NOTIFY in one transaction (the NOTIFY is sent at commit)."""
+        text, names = sql.to_numbered(statement)
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                found = await conn.fetch(text, *(params[n] for n in names))
+                await conn.execute(NOTIFY, CHANNEL, topic)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+        self._watchers.notify(topic)
+        return list(found)
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def create_job(self, job: Job) -> Job:
+        await self._write_notify(sql.INSERT_JOB, rows.job_params(job), "jobs")
+        return job
+
+    async def get_job(self, job_id: str) -> Job:
+        found = await self._fetch(sql.GET_JOB, {"id": job_id})
+        if not found:
+            raise NotFound("job", job_id)
+        return rows.job_from_row(found[0])
+
+    async def list_jobs(self, query: JobQuery) -> list[Job]:
+        params = {
+            "state": query.state.value if query.state else None,
+            "tenant": query.tenant,
+            "name_prefix": query.name_prefix,
+            "after_id": query.after_id,
+            "limit": query.limit,
+        }
+        return [rows.job_from_row(r) for r in await self._fetch(sql.LIST_JOBS, params)]
+
+    async def update_job(self, job: Job) -> Job:
+        found = await self._write_notify(
+            sql.UPDATE_JOB + f" RETURNING {rows.JOB_COLUMNS}", rows.job_params(job), "jobs"
+        )
+        if not found:
+            await self.get_job(job.id)  # NotFound if it is gone
+            raise StaleJob(f"job {job.id!r} was claimed since it was read")
+        return rows.job_from_row(found[0])
+
+    async def delete_job(self, job_id: str) -> None:
+        found = await self._write_notify(sql.DELETE_JOB + " RETURNING id", {"id": job_id}, "jobs")
+        if not found:
+            raise NotFound("job", job_id)
+
+    # -- fire path --------------------------------------------------------------------------
+    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
+        found = await self._fetch(sql.DUE_JOBS, {"until": to_us(until), "limit": limit})
+        return [rows.due_from_row(r) for r in found]
+
+    async def next_due_at(self) -> datetime | None:
+        found = await self._fetch(sql.NEXT_DUE, {})
+        return rows.dt_or_none(found[0]["next_us"])
+
+    async def claim(
+        self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
+    ) -> list[Fire]:
+        if not plans:
+            return []
+        columns = _plan_columns(plans)
+        try:
+            found = await self.pool.fetch(CLAIM, *columns, owner, to_us(now), to_us(lease_until))
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error during claim: {exc}") from exc
+        return [rows.fire_from_row(r, lease_until) for r in found]
+
+    async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
+        key = occurrence_key(job_id, now, RunOrigin.MANUAL)
+        params = {"job_id": job_id, "key": key, "now": to_us(now)}
+        await self._write_notify(sql.INSERT_MANUAL_RUN, params, "runs")
+        found = await self._fetch(sql.GET_RUN_BY_KEY, params)
+        if not found:
+            raise NotFound("job", job_id)
+        return rows.run_from_row(found[0])
+
+    async def lease_orphans(
+        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+    ) -> list[Fire]:
+        try:
+            found = await self.pool.fetch(
+                LEASE_ORPHANS, owner, to_us(lease_until), to_us(now), limit
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error while leasing: {exc}") from exc
+        return [rows.fire_from_row(r, lease_until) for r in found]
+
+    async def extend_leases(
+        self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
+    ) -> int:
+        if not leases:
+            return 0
+        ids = [run_id for run_id, _ in leases]
+        fences = [fence for _, fence in leases]
+        try:
+            status = await self.pool.execute(EXTEND_LEASES, ids, fences, to_us(lease_until))
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error while extending leases: {exc}") from exc
+        return int(status.split()[-1])
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int:
+        if not outcomes:
+            return 0
+        columns = (
+            [o.run_id for o in outcomes],
+            [o.fence_token for o in outcomes],
+            [o.status.value for o in outcomes],
+            [to_us(o.started_at) for o in outcomes],
+            [to_us(o.finished_at) for o in outcomes],
+            [o.http_status for o in outcomes],
+            [o.error for o in outcomes],
+        )
+        try:
+            status = await self.pool.execute(FINISH_RUNS, *columns)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error while recording runs: {exc}") from exc
+        return int(status.split()[-1])
+
+    # -- history ----------------------------------------------------------------------------
+    async def list_runs(
+        self, job_id: str, *, limit: int = 50, before_id: int | None = None
+    ) -> list[Run]:
+        found = await self._fetch(
+            sql.LIST_RUNS, {"job_id": job_id, "limit": limit, "before_id": before_id}
+        )
+        if not found:
+            await self.get_job(job_id)
+        return [rows.run_from_row(r) for r in found]
+
+    async def stats(self) -> StoreStats:
+        states = await self._fetch(sql.JOB_STATE_COUNTS, {})
+        pending = await self._fetch(sql.PENDING_RUNS, {})
+        return StoreStats(
+            jobs_by_state={r["state"]: r["n"] for r in states}, runs_pending=pending[0]["n"]
+        )
+
+
+def _plan_columns(plans: Sequence[ClaimPlan]) -> tuple[list[Any], ...]:
+    """The plans as parallel arrays for unnest(): one round trip for the whole batch."""
+    ids, fences, expected, new_next, states, fired, coalesced, keys = ([] for _ in range(8))
+    for plan in plans:
+        completed = plan.new_next_run_at is None
+        ids.append(plan.job_id)
+        fences.append(plan.expected_fence)
+        expected.append(to_us(plan.expected_next_run_at))
+        # A completed job keeps its last next_run_us so the API can still show it.
+        new_next.append(to_us(plan.new_next_run_at or plan.expected_next_run_at))
+        states.append((JobState.COMPLETED if completed else JobState.SCHEDULED).value)
+        fired.append(rows.us_or_none(plan.scheduled_for))
+        coalesced.append(plan.coalesced)
+        keys.append(occurrence_key(plan.job_id, plan.scheduled_for) if plan.scheduled_for else None)
+    return ids, fences, expected, new_next, states, fired, coalesced, keys

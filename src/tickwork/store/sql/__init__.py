@@ -1,0 +1,1 @@
+"""Shared pieces of the SQL stores: statements with :named parameters and row mapping."""

@@ -1,0 +1,193 @@
+"""Mapping between domain records and table rows (instants as epoch microseconds)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Protocol
+
+from tickwork.clock import from_us, to_us
+from tickwork.domain.jobs import (
+    AtTrigger,
+    CronTrigger,
+    EveryTrigger,
+    Job,
+    JobState,
+    MisfirePolicy,
+    Schedule,
+    WebhookTarget,
+)
+from tickwork.domain.runs import Fire, Run, RunOrigin, RunStatus
+from tickwork.store.base import DueJob
+
+
+class Row(Protocol):
+    """Anything indexable by column name: sqlite3.Row, asyncpg.Record, a dict."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+JOB_COLUMNS = (
+    "id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, "
+    "start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, "
+    "last_fired_us, created_us, updated_us"
+)
+SCHEDULE_COLUMNS = (
+    "schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, start_us, end_us, "
+    "misfire, misfire_grace_ms"
+)
+RUN_COLUMNS = (
+    "id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, "
+    "created_us, started_us, finished_us, http_status, error"
+)
+
+
+def us_or_none(when: datetime | None) -> int | None:
+    return None if when is None else to_us(when)
+
+
+def dt_or_none(us: int | None) -> datetime | None:
+    return None if us is None else from_us(us)
+
+
+def schedule_params(schedule: Schedule) -> dict[str, Any]:
+    trigger = schedule.trigger
+    params: dict[str, Any] = {
+        "schedule_kind": None,
+        "cron_expr": None,
+        "timezone": None,
+        "every_ms": None,
+        "anchor_us": None,
+        "at_us": None,
+        "start_us": us_or_none(schedule.start_at),
+        "end_us": us_or_none(schedule.end_at),
+        "misfire": schedule.misfire.value,
+        "misfire_grace_ms": schedule.misfire_grace_ms,
+    }
+    if isinstance(trigger, CronTrigger):
+        params.update(schedule_kind="cron", cron_expr=trigger.expr, timezone=trigger.timezone)
+    elif isinstance(trigger, EveryTrigger):
+        params.update(
+            schedule_kind="every", every_ms=trigger.interval_ms, anchor_us=to_us(trigger.anchor)
+        )
+    else:
+        params.update(schedule_kind="at", at_us=to_us(trigger.at))
+    return params
+
+
+def job_params(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "tenant": job.tenant,
+        "name": job.name,
+        "state": job.state.value,
+        **schedule_params(job.schedule),
+        "target": target_json(job.target),
+        "next_run_us": us_or_none(job.next_run_at),
+        "fence_token": job.fence_token,
+        "last_fired_us": us_or_none(job.last_fired_at),
+        "created_us": to_us(job.created_at),
+        "updated_us": to_us(job.updated_at),
+    }
+
+
+def target_json(target: WebhookTarget) -> str:
+    return json.dumps(
+        {
+            "type": "webhook",
+            "url": target.url,
+            "method": target.method,
+            "headers": dict(target.headers),
+            "body": target.body,
+            "timeout_s": target.timeout_s,
+        },
+        separators=(",", ":"),
+    )
+
+
+def target_from_json(text: str) -> WebhookTarget:
+    raw = json.loads(text)
+    return WebhookTarget(
+        url=raw["url"],
+        method=raw["method"],
+        headers=raw["headers"],
+        body=raw["body"],
+        timeout_s=raw["timeout_s"],
+    )
+
+
+def schedule_from_row(row: Row) -> Schedule:
+    kind = row["schedule_kind"]
+    trigger: CronTrigger | EveryTrigger | AtTrigger
+    if kind == "cron":
+        trigger = CronTrigger(expr=row["cron_expr"], timezone=row["timezone"])
+    elif kind == "every":
+        trigger = EveryTrigger(interval_ms=row["every_ms"], anchor=from_us(row["anchor_us"]))
+    else:
+        trigger = AtTrigger(at=from_us(row["at_us"]))
+    return Schedule(
+        trigger=trigger,
+        start_at=dt_or_none(row["start_us"]),
+        end_at=dt_or_none(row["end_us"]),
+        misfire=MisfirePolicy(row["misfire"]),
+        misfire_grace_ms=row["misfire_grace_ms"],
+    )
+
+
+def job_from_row(row: Row) -> Job:
+    return Job(
+        id=row["id"],
+        tenant=row["tenant"],
+        name=row["name"],
+        state=JobState(row["state"]),
+        schedule=schedule_from_row(row),
+        target=target_from_json(row["target"]),
+        next_run_at=dt_or_none(row["next_run_us"]),
+        fence_token=row["fence_token"],
+        last_fired_at=dt_or_none(row["last_fired_us"]),
+        created_at=from_us(row["created_us"]),
+        updated_at=from_us(row["updated_us"]),
+    )
+
+
+def due_from_row(row: Row) -> DueJob:
+    return DueJob(
+        job_id=row["id"],
+        fence_token=row["fence_token"],
+        next_run_at=from_us(row["next_run_us"]),
+        schedule=schedule_from_row(row),
+    )
+
+
+def run_from_row(row: Row) -> Run:
+    return Run(
+        id=row["id"],
+        job_id=row["job_id"],
+        key=row["key"],
+        origin=RunOrigin(row["origin"]),
+        scheduled_for=from_us(row["scheduled_us"]),
+        status=RunStatus(row["status"]),
+        attempt=row["attempt"],
+        fence_token=row["fence_token"],
+        coalesced=row["coalesced"],
+        created_at=from_us(row["created_us"]),
+        started_at=dt_or_none(row["started_us"]),
+        finished_at=dt_or_none(row["finished_us"]),
+        http_status=row["http_status"],
+        error=row["error"],
+    )
+
+
+def fire_from_row(row: Row, lease_until: datetime) -> Fire:
+    """A leased run joined with its job's target (columns id, job_id, key, scheduled_us,
+    fence_token, attempt, target)."""
+    return Fire(
+        run_id=row["id"],
+        job_id=row["job_id"],
+        key=row["key"],
+        scheduled_for=from_us(row["scheduled_us"]),
+        fence_token=row["fence_token"],
+        attempt=row["attempt"],
+        target=target_from_json(row["target"]),
+        lease_until=lease_until,
+    )

@@ -1,0 +1,72 @@
+"""SQL shared by the SQLite and PostgreSQL stores, with :named parameters.
+
+The PostgreSQL store rewrites :name into $n (`to_numbered`); hot statements that differ by
+dialect (claim, lease) live in the store modules themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from tickwork.store.sql.rows import JOB_COLUMNS, RUN_COLUMNS, SCHEDULE_COLUMNS
+
+_JOB_PARAMS = ", ".join(":" + c.strip() for c in JOB_COLUMNS.split(","))
+
+INSERT_JOB = f"INSERT INTO tw_jobs ({JOB_COLUMNS}) VALUES ({_JOB_PARAMS})"
+GET_JOB = f"SELECT {JOB_COLUMNS} FROM tw_jobs WHERE id = :id"
+UPDATE_JOB = """
+UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
+    schedule_kind = :schedule_kind, cron_expr = :cron_expr, timezone = :timezone,
+    every_ms = :every_ms, anchor_us = :anchor_us, at_us = :at_us, start_us = :start_us,
+    end_us = :end_us, misfire = :misfire, misfire_grace_ms = :misfire_grace_ms,
+    target = :target, next_run_us = :next_run_us, updated_us = :updated_us
+WHERE id = :id AND fence_token = :fence_token
+"""
+DELETE_JOB = "DELETE FROM tw_jobs WHERE id = :id"
+LIST_JOBS = f"""
+SELECT {JOB_COLUMNS} FROM tw_jobs
+WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
+  AND (CAST(:tenant AS TEXT) IS NULL OR tenant = :tenant)
+  AND (CAST(:name_prefix AS TEXT) IS NULL
+       OR substr(name, 1, length(:name_prefix)) = :name_prefix)
+  AND (CAST(:after_id AS TEXT) IS NULL OR id > :after_id)
+ORDER BY id LIMIT :limit
+"""
+DUE_JOBS = f"""
+SELECT id, fence_token, next_run_us, {SCHEDULE_COLUMNS} FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us <= :until
+ORDER BY next_run_us LIMIT :limit
+"""
+NEXT_DUE = "SELECT min(next_run_us) AS next_us FROM tw_jobs WHERE state = 'scheduled'"
+INSERT_MANUAL_RUN = """
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
+                     lease_owner, lease_until_us, created_us)
+SELECT id, :key, 'manual', :now, 'pending', 0, fence_token, 0, NULL, :now, :now
+FROM tw_jobs WHERE id = :job_id
+ON CONFLICT (key) DO NOTHING
+"""
+GET_RUN_BY_KEY = f"SELECT {RUN_COLUMNS} FROM tw_runs WHERE key = :key"
+LIST_RUNS = f"""
+SELECT {RUN_COLUMNS} FROM tw_runs
+WHERE job_id = :job_id AND (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
+ORDER BY id DESC LIMIT :limit
+"""
+JOB_STATE_COUNTS = "SELECT state, count(*) AS n FROM tw_jobs GROUP BY state"
+PENDING_RUNS = "SELECT count(*) AS n FROM tw_runs WHERE status = 'pending'"
+
+_PARAM = re.compile(r"(?<![:\w]):([a-z_]+)")
+
+
+@lru_cache(maxsize=256)
+def to_numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """Rewrite :name parameters as $1, $2... (asyncpg); returns the SQL and the name order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _PARAM.sub(number, sql), tuple(names)

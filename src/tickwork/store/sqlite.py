@@ -1,0 +1,337 @@
+"""SQLite store: the embedded default.
+
+SQLite has no SKIP LOCKED, so claims serialise instead: every write runs as one
+`BEGIN IMMEDIATE` transaction on a dedicated writer thread, which takes the database's write
+lock before reading anything it will compare-and-set. Two processes sharing one file therefore
+take turns (busy_timeout), and the compare-and-set on (fence_token, next_run_at) makes the
+loser's plans fall away. Reads use a second connection: in WAL mode they never wait for a
+writer.
+
+Each transaction is a plain function run on the connection's own thread, so no other
+coroutine's statement can interleave with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tickwork.clock import to_us
+from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.errors import NotFound, StaleJob, StoreError
+from tickwork.store.base import ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
+from tickwork.store.sql import rows
+from tickwork.store.sql import statements as sql
+
+T = TypeVar("T")
+
+CLAIM_JOB = """
+UPDATE tw_jobs SET fence_token = fence_token + 1, next_run_us = :new_next_us, state = :new_state,
+    last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now
+WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
+RETURNING fence_token, target
+"""
+INSERT_RUN = """
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
+                     lease_owner, lease_until_us, created_us)
+VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
+        :owner, :lease_until, :now)
+ON CONFLICT (key) DO NOTHING
+RETURNING id
+"""
+LEASE_ORPHANS = """
+UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until_us = :lease_until
+WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+             ORDER BY lease_until_us LIMIT :limit)
+RETURNING id, job_id, key, scheduled_us, fence_token, attempt,
+    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target
+"""
+EXTEND_LEASE = """
+UPDATE tw_runs SET lease_until_us = :lease_until
+WHERE id = :id AND fence_token = :fence AND status = 'pending'
+"""
+FINISH_RUN = """
+UPDATE tw_runs SET status = :status, started_us = :started_us, finished_us = :finished_us,
+    http_status = :http_status, error = :error, lease_owner = NULL, lease_until_us = NULL
+WHERE id = :id AND fence_token = :fence AND status = 'pending'
+"""
+
+
+class _Connection:
+    """One sqlite3 connection confined to one thread."""
+
+    def __init__(self, path: Path, *, readonly: bool) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tickwork-sqlite")
+        self._path = path
+        self._readonly = readonly
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        await self.run(lambda _: None)
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            self._conn = self._connect()
+        try:
+            return fn(self._conn)
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                self._conn.rollback()
+            raise StoreError(f"SQLite error on {self._path}: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: a committed claim survives power loss, not just a process crash.
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if self._readonly:
+            conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    async def close(self) -> None:
+        def _close(_: sqlite3.Connection) -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        if self._conn is not None:
+            await self.run(_close)
+        self._pool.shutdown(wait=True)
+
+
+def _immediate(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+    return result
+
+
+class SqliteStore:
+    def __init__(self, path: str | Path, *, migrate: bool = True) -> None:
+        self.path = Path(path)
+        self._migrate = migrate
+        self._writer = _Connection(self.path, readonly=False)
+        self._reader = _Connection(self.path, readonly=True)
+        self._watchers = Watchers()
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._migrate:
+            from tickwork.store.migrate import upgrade
+
+            await upgrade(f"sqlite:///{self.path}")
+        await self._writer.open()
+        await self._reader.open()
+
+    async def close(self) -> None:
+        await self._writer.close()
+        await self._reader.close()
+
+    def watch(self, topic: Topic) -> asyncio.Event:
+        return self._watchers.watch(topic)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._writer.run(lambda conn: _immediate(conn, fn))
+
+    async def _read(self, statement: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+        return await self._reader.run(lambda conn: conn.execute(statement, params).fetchall())
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def create_job(self, job: Job) -> Job:
+        await self._write(lambda conn: conn.execute(sql.INSERT_JOB, rows.job_params(job)))
+        self._watchers.notify("jobs")
+        return job
+
+    async def get_job(self, job_id: str) -> Job:
+        found = await self._read(sql.GET_JOB, {"id": job_id})
+        if not found:
+            raise NotFound("job", job_id)
+        return rows.job_from_row(found[0])
+
+    async def list_jobs(self, query: JobQuery) -> list[Job]:
+        params = {
+            "state": query.state.value if query.state else None,
+            "tenant": query.tenant,
+            "name_prefix": query.name_prefix,
+            "after_id": query.after_id,
+            "limit": query.limit,
+        }
+        return [rows.job_from_row(r) for r in await self._read(sql.LIST_JOBS, params)]
+
+    async def update_job(self, job: Job) -> Job:
+        def update(conn: sqlite3.Connection) -> tuple[int, sqlite3.Row | None]:
+            changed = conn.execute(sql.UPDATE_JOB, rows.job_params(job)).rowcount
+            found: sqlite3.Row | None = conn.execute(sql.GET_JOB, {"id": job.id}).fetchone()
+            return changed, found
+
+        changed, row = await self._write(update)
+        if row is None:
+            raise NotFound("job", job.id)
+        if not changed:
+            raise StaleJob(f"job {job.id!r} was claimed since it was read")
+        self._watchers.notify("jobs")
+        return rows.job_from_row(row)
+
+    async def delete_job(self, job_id: str) -> None:
+        deleted = await self._write(
+            lambda conn: conn.execute(sql.DELETE_JOB, {"id": job_id}).rowcount
+        )
+        if not deleted:
+            raise NotFound("job", job_id)
+        self._watchers.notify("jobs")
+
+    # -- fire path --------------------------------------------------------------------------
+    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
+        found = await self._read(sql.DUE_JOBS, {"until": to_us(until), "limit": limit})
+        return [rows.due_from_row(r) for r in found]
+
+    async def next_due_at(self) -> datetime | None:
+        found = await self._read(sql.NEXT_DUE, {})
+        return rows.dt_or_none(found[0]["next_us"])
+
+    async def claim(
+        self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
+    ) -> list[Fire]:
+        if not plans:
+            return []
+        common = {"owner": owner, "now": to_us(now), "lease_until": to_us(lease_until)}
+        return await self._write(lambda conn: _claim(conn, plans, common, lease_until))
+
+    async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
+        key = occurrence_key(job_id, now, RunOrigin.MANUAL)
+        params = {"job_id": job_id, "key": key, "now": to_us(now)}
+
+        def insert(conn: sqlite3.Connection) -> sqlite3.Row | None:
+            conn.execute(sql.INSERT_MANUAL_RUN, params)
+            found: sqlite3.Row | None = conn.execute(sql.GET_RUN_BY_KEY, params).fetchone()
+            return found
+
+        row = await self._write(insert)
+        if row is None:
+            raise NotFound("job", job_id)
+        self._watchers.notify("runs")
+        return rows.run_from_row(row)
+
+    async def lease_orphans(
+        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+    ) -> list[Fire]:
+        params = {
+            "owner": owner,
+            "lease_until": to_us(lease_until),
+            "now": to_us(now),
+            "limit": limit,
+        }
+        leased = await self._write(lambda conn: conn.execute(LEASE_ORPHANS, params).fetchall())
+        return [rows.fire_from_row(r, lease_until) for r in leased]
+
+    async def extend_leases(
+        self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
+    ) -> int:
+        if not leases:
+            return 0
+        until = to_us(lease_until)
+        params = [{"id": run_id, "fence": fence, "lease_until": until} for run_id, fence in leases]
+        return await self._write(
+            lambda conn: sum(conn.execute(EXTEND_LEASE, p).rowcount for p in params)
+        )
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int:
+        if not outcomes:
+            return 0
+        params = [_outcome_params(o) for o in outcomes]
+        return await self._write(
+            lambda conn: sum(conn.execute(FINISH_RUN, p).rowcount for p in params)
+        )
+
+    # -- history ----------------------------------------------------------------------------
+    async def list_runs(
+        self, job_id: str, *, limit: int = 50, before_id: int | None = None
+    ) -> list[Run]:
+        found = await self._read(
+            sql.LIST_RUNS, {"job_id": job_id, "limit": limit, "before_id": before_id}
+        )
+        if not found:
+            await self.get_job(job_id)  # NotFound for a missing job, [] for a quiet one
+        return [rows.run_from_row(r) for r in found]
+
+    async def stats(self) -> StoreStats:
+        states = await self._read(sql.JOB_STATE_COUNTS, {})
+        pending = await self._read(sql.PENDING_RUNS, {})
+        return StoreStats(
+            jobs_by_state={r["state"]: r["n"] for r in states}, runs_pending=pending[0]["n"]
+        )
+
+
+def _claim(
+    conn: sqlite3.Connection,
+    plans: Sequence[ClaimPlan],
+    common: dict[str, Any],
+    lease_until: datetime,
+) -> list[Fire]:
+    fires: list[Fire] = []
+    for plan in plans:
+        params = {**common, **_plan_params(plan)}
+        claimed = conn.execute(CLAIM_JOB, params).fetchone()
+        if claimed is None or plan.scheduled_for is None:
+            continue
+        key = occurrence_key(plan.job_id, plan.scheduled_for)
+        params.update(fence=claimed["fence_token"], key=key, coalesced=plan.coalesced)
+        inserted = conn.execute(INSERT_RUN, params).fetchone()
+        if inserted is None:
+            continue  # this occurrence already has a run: never fire it twice
+        fires.append(
+            Fire(
+                run_id=inserted["id"],
+                job_id=plan.job_id,
+                key=key,
+                scheduled_for=plan.scheduled_for,
+                fence_token=claimed["fence_token"],
+                attempt=1,
+                target=rows.target_from_json(claimed["target"]),
+                lease_until=lease_until,
+            )
+        )
+    return fires
+
+
+def _plan_params(plan: ClaimPlan) -> dict[str, Any]:
+    completed = plan.new_next_run_at is None
+    return {
+        "id": plan.job_id,
+        "job_id": plan.job_id,
+        "fence": plan.expected_fence,
+        "expected_us": to_us(plan.expected_next_run_at),
+        # A completed job keeps its last next_run_us so the API can still show it.
+        "new_next_us": to_us(plan.expected_next_run_at if completed else plan.new_next_run_at),  # type: ignore[arg-type]
+        "new_state": (JobState.COMPLETED if completed else JobState.SCHEDULED).value,
+        "fired_us": rows.us_or_none(plan.scheduled_for),
+    }
+
+
+def _outcome_params(outcome: RunOutcome) -> dict[str, Any]:
+    return {
+        "id": outcome.run_id,
+        "fence": outcome.fence_token,
+        "status": outcome.status.value,
+        "started_us": to_us(outcome.started_at),
+        "finished_us": to_us(outcome.finished_at),
+        "http_status": outcome.http_status,
+        "error": outcome.error,
+    }

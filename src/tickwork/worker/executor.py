@@ -1,0 +1,169 @@
+"""The in-process executor (stage 1): runs fires handed over by the scheduler, on time.
+
+Each fire waits for its scheduled instant (the scheduler claims slightly ahead), runs under a
+concurrency limit, and its outcome is recorded in batches with a fence-guarded write. Fires
+whose lease expired without an outcome (a crashed process, a manual trigger) are leased again
+from the store, so a fire survives the death of the process that claimed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from tickwork import metrics
+from tickwork.clock import Clock
+from tickwork.domain.runs import Fire, RunOutcome, RunStatus
+from tickwork.store.base import ScheduleStore
+from tickwork.worker.executors.webhook import Attempt
+
+log = logging.getLogger("tickwork.executor")
+
+Runner = Callable[[Fire], Awaitable[Attempt]]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutorConfig:
+    node_id: str
+    concurrency: int = 256
+    lease_ttl_ms: int = 60_000
+    flush_interval_ms: int = 20  # outcomes are written in batches at most this stale
+    orphan_scan_ms: int = 5_000  # how often to look for fires nobody is running
+
+
+class Executor:
+    def __init__(
+        self, store: ScheduleStore, clock: Clock, runner: Runner, config: ExecutorConfig
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._runner = runner
+        self._config = config
+        self._slots = asyncio.Semaphore(config.concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._outcomes: list[RunOutcome] = []
+        self._outcome_ready = asyncio.Event()
+        self._leased: dict[int, int] = {}  # run_id -> fence of every fire we hold
+
+    def submit(self, fires: Sequence[Fire]) -> None:
+        """Start each fire at its instant; returns at once (the scheduler's dispatch hook)."""
+        for fire in fires:
+            self._leased[fire.run_id] = fire.fence_token
+            task = asyncio.create_task(self._execute(fire))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _execute(self, fire: Fire) -> None:
+        delay = (fire.scheduled_for - self._clock.now()).total_seconds()
+        if delay > 0:
+            await asyncio.sleep(delay)  # claimed ahead: never start before the instant
+        async with self._slots:
+            started = self._clock.now()
+            metrics.FIRE_LATENESS.observe(max((started - fire.scheduled_for).total_seconds(), 0))
+            metrics.INFLIGHT.inc()
+            try:
+                attempt = await self._runner(fire)
+            except Exception as exc:  # a runner bug must not lose the outcome
+                log.exception("runner failed", extra={"action": "runner_crashed"})
+                attempt = Attempt(ok=False, error=f"internal error: {type(exc).__name__}")
+            finally:
+                metrics.INFLIGHT.dec()
+        finished = self._clock.now()
+        metrics.RUN_SECONDS.observe((finished - started).total_seconds())
+        self._outcomes.append(
+            RunOutcome(
+                run_id=fire.run_id,
+                fence_token=fire.fence_token,
+                status=RunStatus.SUCCEEDED if attempt.ok else RunStatus.FAILED,
+                started_at=started,
+                finished_at=finished,
+                http_status=attempt.http_status,
+                error=attempt.error,
+            )
+        )
+        self._outcome_ready.set()
+
+    async def heartbeat(self) -> int:
+        """Extend the leases of every fire this executor holds (waiting or running)."""
+        leases = list(self._leased.items())
+        until = self._clock.now() + timedelta(milliseconds=self._config.lease_ttl_ms)
+        return await self._store.extend_leases(leases, lease_until=until)
+
+    async def flush(self) -> int:
+        """Write the outcomes gathered so far in one batch; returns how many were applied."""
+        batch, self._outcomes = self._outcomes, []
+        if not batch:
+            return 0
+        try:
+            applied = await self._store.finish_runs(batch)
+        except Exception:
+            self._outcomes[:0] = batch  # keep them for the next flush; never drop an outcome
+            raise
+        for outcome in batch:
+            self._leased.pop(outcome.run_id, None)
+        for outcome in batch:
+            metrics.RUNS.labels(status=outcome.status.value).inc()
+        if applied < len(batch):
+            metrics.STALE_OUTCOMES.inc(len(batch) - applied)
+            log.warning("stale outcomes rejected by fence", extra={"action": "stale_outcome"})
+        return applied
+
+    async def recover_orphans(self) -> int:
+        """Lease fires whose lease expired without an outcome, and run them."""
+        now = self._clock.now()
+        fires = await self._store.lease_orphans(
+            now=now,
+            owner=self._config.node_id,
+            lease_until=now + timedelta(milliseconds=self._config.lease_ttl_ms),
+            limit=1000,
+        )
+        if fires:
+            metrics.FIRES.labels(origin="recovered").inc(len(fires))
+            self.submit(fires)
+        return len(fires)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Flush outcomes and recover orphans until `stop`; then drain in-flight fires."""
+        runs_changed = self._store.watch("runs")
+        loop = asyncio.get_running_loop()
+        next_scan = next_heartbeat = 0.0
+        while not stop.is_set():
+            try:
+                if runs_changed.is_set() or loop.time() >= next_scan:
+                    runs_changed.clear()
+                    await self.recover_orphans()
+                    next_scan = loop.time() + self._config.orphan_scan_ms / 1000
+                await self.flush()
+                if loop.time() >= next_heartbeat:
+                    await self.heartbeat()
+                    # Three beats per lease: one lost beat never lets a live lease lapse.
+                    next_heartbeat = loop.time() + self._config.lease_ttl_ms / 3000
+            except Exception:
+                log.exception("executor housekeeping failed", extra={"action": "executor_failed"})
+            await self._pause(runs_changed, stop)
+        await self.drain()
+
+    async def _pause(self, runs_changed: asyncio.Event, stop: asyncio.Event) -> None:
+        await asyncio.sleep(self._config.flush_interval_ms / 1000)
+        if self._outcomes or runs_changed.is_set() or stop.is_set():
+            return
+        waiters = [
+            asyncio.ensure_future(self._outcome_ready.wait()),
+            asyncio.ensure_future(runs_changed.wait()),
+            asyncio.ensure_future(stop.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            self._outcome_ready.clear()
+
+    async def drain(self) -> None:
+        """Wait for in-flight fires and write their outcomes."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.flush()

@@ -1,0 +1,430 @@
+"""The ScheduleStore contract (tickwork/store/base.py), run against every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tickwork.domain.jobs import (
+    AtTrigger,
+    CronTrigger,
+    EveryTrigger,
+    Job,
+    JobState,
+    MisfirePolicy,
+    Schedule,
+    WebhookTarget,
+)
+from tickwork.domain.runs import RunOrigin, RunOutcome, RunStatus, occurrence_key
+from tickwork.errors import NotFound, StaleJob
+from tickwork.store.base import ClaimPlan, JobQuery, ScheduleStore
+
+from .conftest import StoreFactory, open_store
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+SEC = timedelta(seconds=1)
+TARGET = WebhookTarget(
+    url="http://127.0.0.1:9/hook",
+    method="PUT",
+    headers={"x-team": "ops"},
+    body={"n": 1, "tags": ["a"]},
+    timeout_s=2.5,
+)
+
+
+def make_job(
+    n: int, *, next_run_at: datetime = T0, state: JobState = JobState.SCHEDULED, **kw: object
+) -> Job:
+    fields: dict[str, object] = {
+        "id": f"{n:032x}",
+        "name": f"job-{n}",
+        "schedule": Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0)),
+        "target": TARGET,
+        "state": state,
+        "next_run_at": next_run_at,
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    fields.update(kw)
+    return Job(**fields)  # type: ignore[arg-type]
+
+
+def plan_for(
+    job: Job, *, fire: datetime | None = None, new_next: datetime | None = None, coalesced: int = 0
+) -> ClaimPlan:
+    assert job.next_run_at is not None
+    return ClaimPlan(
+        job_id=job.id,
+        expected_fence=job.fence_token,
+        expected_next_run_at=job.next_run_at,
+        scheduled_for=job.next_run_at if fire is None else fire,
+        coalesced=coalesced,
+        new_next_run_at=new_next,
+    )
+
+
+async def claim(store: ScheduleStore, plans: list[ClaimPlan], owner: str = "node-a") -> list:  # type: ignore[type-arg]
+    return await store.claim(plans, owner=owner, lease_until=T0 + 60 * SEC, now=T0)
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Schedule(trigger=CronTrigger(expr="0 2 * * *", timezone="Europe/Berlin")),
+        Schedule(
+            trigger=EveryTrigger(interval_ms=1500, anchor=T0),
+            start_at=T0,
+            end_at=T0 + 3600 * SEC,
+            misfire=MisfirePolicy.FIRE_ALL,
+            misfire_grace_ms=250,
+        ),
+        Schedule(trigger=AtTrigger(at=T0 + SEC), misfire=MisfirePolicy.SKIP),
+    ],
+    ids=["cron", "every", "at"],
+)
+async def test_create_then_get_round_trips_every_field(
+    store: ScheduleStore, schedule: Schedule
+) -> None:
+    job = make_job(1, schedule=schedule, tenant="acme", last_fired_at=T0 - SEC)
+    await store.create_job(job)
+    assert await store.get_job(job.id) == job
+
+
+async def test_missing_jobs_raise_not_found(store: ScheduleStore) -> None:
+    with pytest.raises(NotFound):
+        await store.get_job("nope")
+    with pytest.raises(NotFound):
+        await store.delete_job("nope")
+    with pytest.raises(NotFound):
+        await store.update_job(make_job(404))
+    with pytest.raises(NotFound):
+        await store.list_runs("nope")
+    with pytest.raises(NotFound):
+        await store.add_manual_run("nope", now=T0)
+
+
+async def test_list_filters_and_paginates_in_id_order(store: ScheduleStore) -> None:
+    for n in range(1, 8):
+        await store.create_job(
+            make_job(
+                n,
+                name=("etl-" if n % 2 else "web-") + str(n),
+                tenant="acme" if n <= 4 else "other",
+                state=JobState.PAUSED if n == 3 else JobState.SCHEDULED,
+            )
+        )
+    page = await store.list_jobs(JobQuery(limit=3))
+    assert [j.name for j in page] == ["etl-1", "web-2", "etl-3"]
+    page2 = await store.list_jobs(JobQuery(limit=3, after_id=page[-1].id))
+    assert [j.name for j in page2] == ["web-4", "etl-5", "web-6"]
+    assert [j.name for j in await store.list_jobs(JobQuery(name_prefix="etl-"))] == [
+        "etl-1",
+        "etl-3",
+        "etl-5",
+        "etl-7",
+    ]
+    assert [j.name for j in await store.list_jobs(JobQuery(state=JobState.PAUSED))] == ["etl-3"]
+    acme = await store.list_jobs(JobQuery(tenant="acme", name_prefix="web"))
+    assert [j.name for j in acme] == ["web-2", "web-4"]
+
+
+async def test_an_update_never_undoes_a_claim_it_did_not_see(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    with pytest.raises(StaleJob):
+        await store.update_job(replace(job, state=JobState.PAUSED))  # read before the claim
+    assert (await store.get_job(job.id)).state is JobState.SCHEDULED
+    current = await store.get_job(job.id)
+    edited = replace(current, name="renamed", next_run_at=T0 + 10 * SEC, updated_at=T0 + SEC)
+    stored = await store.update_job(edited)
+    assert stored.name == "renamed"
+    assert stored.next_run_at == T0 + 10 * SEC
+    assert stored.fence_token == 1
+    assert await store.get_job(job.id) == stored
+
+
+async def test_delete_removes_the_job_and_its_runs(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    await store.delete_job(job.id)
+    with pytest.raises(NotFound):
+        await store.get_job(job.id)
+    with pytest.raises(NotFound):
+        await store.list_runs(job.id)
+
+
+# -- due-scan -------------------------------------------------------------------------------------
+
+
+async def test_due_jobs_returns_only_schedulable_due_jobs_earliest_first(
+    store: ScheduleStore,
+) -> None:
+    await store.create_job(make_job(1, next_run_at=T0 + 2 * SEC))
+    await store.create_job(make_job(2, next_run_at=T0))
+    await store.create_job(make_job(3, next_run_at=T0 + 5 * SEC))
+    await store.create_job(make_job(4, next_run_at=T0 - SEC, state=JobState.PAUSED))
+    await store.create_job(make_job(5, next_run_at=T0 - SEC, state=JobState.COMPLETED))
+    due = await store.due_jobs(T0 + 2 * SEC, limit=10)
+    assert [d.job_id for d in due] == [f"{2:032x}", f"{1:032x}"]
+    assert due[0].next_run_at == T0
+    assert isinstance(due[0].schedule.trigger, EveryTrigger)
+    assert [d.job_id for d in await store.due_jobs(T0 + 9 * SEC, limit=1)] == [f"{2:032x}"]
+    assert await store.next_due_at() == T0
+
+
+async def test_next_due_at_is_none_without_scheduled_jobs(store: ScheduleStore) -> None:
+    assert await store.next_due_at() is None
+    await store.create_job(make_job(1, state=JobState.PAUSED))
+    assert await store.next_due_at() is None
+
+
+# -- claim --------------------------------------------------------------------------------------
+
+
+async def test_claim_advances_fences_and_records_a_pending_run(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    fires = await claim(store, [plan_for(job, new_next=T0 + SEC, coalesced=2)])
+    assert len(fires) == 1
+    fire = fires[0]
+    assert (fire.job_id, fire.scheduled_for, fire.fence_token, fire.attempt) == (job.id, T0, 1, 1)
+    assert fire.key == occurrence_key(job.id, T0)
+    assert fire.target == TARGET
+    stored = await store.get_job(job.id)
+    assert (stored.fence_token, stored.next_run_at, stored.state) == (
+        1,
+        T0 + SEC,
+        JobState.SCHEDULED,
+    )
+    assert stored.last_fired_at == T0
+    [run] = await store.list_runs(job.id)
+    assert (run.id, run.status, run.origin, run.attempt, run.fence_token) == (
+        fire.run_id,
+        RunStatus.PENDING,
+        RunOrigin.SCHEDULE,
+        1,
+        1,
+    )
+    assert run.coalesced == 2
+    assert run.scheduled_for == T0
+
+
+async def test_a_stale_plan_claims_nothing(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    stale_fence = replace(plan_for(job, new_next=T0 + SEC), expected_fence=7)
+    stale_time = replace(plan_for(job, new_next=T0 + SEC), expected_next_run_at=T0 - SEC)
+    assert await claim(store, [stale_fence, stale_time]) == []
+    assert (await store.get_job(job.id)).fence_token == 0
+    assert await store.list_runs(job.id) == []
+
+
+async def test_the_same_plan_claims_once(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    plan = plan_for(job, new_next=T0 + SEC)
+    assert len(await claim(store, [plan])) == 1
+    assert await claim(store, [plan]) == []
+    assert len(await store.list_runs(job.id)) == 1
+
+
+async def test_paused_jobs_are_not_claimed(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    await store.update_job(replace(job, state=JobState.PAUSED))
+    assert await claim(store, [plan_for(job, new_next=T0 + SEC)]) == []
+
+
+async def test_claim_without_next_completes_the_job(store: ScheduleStore) -> None:
+    job = make_job(1, schedule=Schedule(trigger=AtTrigger(at=T0)))
+    await store.create_job(job)
+    assert len(await claim(store, [plan_for(job, new_next=None)])) == 1
+    stored = await store.get_job(job.id)
+    assert stored.state is JobState.COMPLETED
+    assert await store.due_jobs(T0 + 3600 * SEC, limit=10) == []
+
+
+async def test_a_skip_plan_advances_without_a_run(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    skip = replace(plan_for(job, new_next=T0 + 5 * SEC), scheduled_for=None, coalesced=4)
+    assert await claim(store, [skip]) == []
+    stored = await store.get_job(job.id)
+    assert (stored.next_run_at, stored.fence_token) == (T0 + 5 * SEC, 1)
+    assert await store.list_runs(job.id) == []
+
+
+async def test_an_occurrence_gets_one_run_even_if_claimed_again(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    rearmed = await store.update_job(
+        replace(await store.get_job(job.id), next_run_at=T0)
+    )  # e.g. an edit moved it back
+    assert await claim(store, [plan_for(rearmed, new_next=T0 + SEC)]) == []
+    assert len(await store.list_runs(job.id)) == 1
+    assert (await store.get_job(job.id)).next_run_at == T0 + SEC
+
+
+async def test_racing_claimers_fire_each_occurrence_once(
+    make_store: StoreFactory, opened: list[ScheduleStore]
+) -> None:
+    first = await open_store(make_store, opened)
+    second = await open_store(make_store, opened)
+    jobs = [make_job(n) for n in range(1, 101)]
+    for job in jobs:
+        await first.create_job(job)
+    plans = [plan_for(job, new_next=T0 + SEC) for job in jobs]
+    results = await asyncio.gather(
+        *(claim(store, plans, owner=f"node-{i}") for i, store in enumerate([first, second] * 3))
+    )
+    fired = [fire.job_id for fires in results for fire in fires]
+    assert sorted(fired) == sorted(job.id for job in jobs)
+    for job in jobs:
+        assert len(await first.list_runs(job.id)) == 1
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+def outcome(
+    fire, *, status: RunStatus = RunStatus.SUCCEEDED, fence: int | None = None
+) -> RunOutcome:  # type: ignore[no-untyped-def]
+    return RunOutcome(
+        run_id=fire.run_id,
+        fence_token=fire.fence_token if fence is None else fence,
+        status=status,
+        started_at=T0 + timedelta(milliseconds=3),
+        finished_at=T0 + timedelta(milliseconds=40),
+        http_status=503 if status is RunStatus.FAILED else 200,
+        error="HTTP 503" if status is RunStatus.FAILED else None,
+    )
+
+
+async def test_finish_applies_only_with_the_current_fence_and_once(store: ScheduleStore) -> None:
+    jobs = [make_job(1), make_job(2)]
+    for job in jobs:
+        await store.create_job(job)
+    ok, failed = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in jobs])
+    assert await store.finish_runs([outcome(ok, fence=99)]) == 0
+    assert await store.finish_runs([outcome(ok), outcome(failed, status=RunStatus.FAILED)]) == 2
+    assert await store.finish_runs([outcome(ok)]) == 0
+    [run] = await store.list_runs(ok.job_id)
+    assert (run.status, run.http_status, run.error) == (RunStatus.SUCCEEDED, 200, None)
+    assert run.started_at == T0 + timedelta(milliseconds=3)
+    assert run.finished_at == T0 + timedelta(milliseconds=40)
+    [run] = await store.list_runs(failed.job_id)
+    assert (run.status, run.http_status, run.error) == (RunStatus.FAILED, 503, "HTTP 503")
+    assert (await store.stats()).runs_pending == 0
+
+
+async def test_expired_leases_are_leased_again_with_a_new_fence(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])  # lease until T0 + 60 s
+    early = await store.lease_orphans(
+        now=T0 + 59 * SEC, owner="b", lease_until=T0 + 120 * SEC, limit=10
+    )
+    assert early == []
+    [again] = await store.lease_orphans(
+        now=T0 + 61 * SEC, owner="b", lease_until=T0 + 120 * SEC, limit=10
+    )
+    assert (again.run_id, again.key, again.scheduled_for) == (
+        fire.run_id,
+        fire.key,
+        fire.scheduled_for,
+    )
+    assert (again.fence_token, again.attempt) == (fire.fence_token + 1, 2)
+    assert again.target == TARGET
+    assert await store.finish_runs([outcome(fire)]) == 0  # the zombie's write is rejected
+    assert await store.finish_runs([outcome(again)]) == 1
+    assert (
+        await store.lease_orphans(
+            now=T0 + 999 * SEC, owner="c", lease_until=T0 + 1999 * SEC, limit=10
+        )
+        == []
+    )
+
+
+async def test_heartbeats_extend_only_current_leases(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])  # lease until T0 + 60 s
+    stale = (fire.run_id, fire.fence_token + 1)
+    assert await store.extend_leases([stale], lease_until=T0 + 300 * SEC) == 0
+    assert (
+        await store.extend_leases([(fire.run_id, fire.fence_token)], lease_until=T0 + 300 * SEC)
+        == 1
+    )
+    assert (
+        await store.lease_orphans(
+            now=T0 + 200 * SEC, owner="b", lease_until=T0 + 999 * SEC, limit=5
+        )
+        == []
+    )
+    assert (
+        len(
+            await store.lease_orphans(
+                now=T0 + 301 * SEC, owner="b", lease_until=T0 + 999 * SEC, limit=5
+            )
+        )
+        == 1
+    )
+    await store.finish_runs([outcome(fire, fence=fire.fence_token + 1)])
+    assert await store.extend_leases([(fire.run_id, fire.fence_token + 1)], lease_until=T0) == 0
+
+
+async def test_manual_runs_are_pending_and_leasable_at_once(store: ScheduleStore) -> None:
+    job = make_job(1, next_run_at=T0 + 3600 * SEC)
+    await store.create_job(job)
+    run = await store.add_manual_run(job.id, now=T0)
+    assert (run.origin, run.status, run.attempt, run.scheduled_for) == (
+        RunOrigin.MANUAL,
+        RunStatus.PENDING,
+        0,
+        T0,
+    )
+    assert run.key != occurrence_key(job.id, T0)
+    [fire] = await store.lease_orphans(now=T0, owner="a", lease_until=T0 + 60 * SEC, limit=10)
+    assert (fire.run_id, fire.attempt) == (run.id, 1)
+    assert (await store.get_job(job.id)).next_run_at == T0 + 3600 * SEC
+
+
+async def test_runs_list_newest_first_with_keyset_pages(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    current = job
+    for i in range(5):
+        await claim(store, [plan_for(current, new_next=T0 + (i + 1) * SEC)])
+        current = await store.get_job(job.id)
+    runs = await store.list_runs(job.id, limit=3)
+    assert [r.scheduled_for for r in runs] == [T0 + 4 * SEC, T0 + 3 * SEC, T0 + 2 * SEC]
+    older = await store.list_runs(job.id, limit=3, before_id=runs[-1].id)
+    assert [r.scheduled_for for r in older] == [T0 + SEC, T0]
+
+
+async def test_watchers_are_told_about_changes(store: ScheduleStore) -> None:
+    jobs_changed = store.watch("jobs")
+    runs_changed = store.watch("runs")
+    job = make_job(1)
+    await store.create_job(job)
+    await asyncio.wait_for(jobs_changed.wait(), 5)
+    await store.add_manual_run(job.id, now=T0)
+    await asyncio.wait_for(runs_changed.wait(), 5)
+
+
+async def test_stats_count_jobs_by_state_and_pending_runs(store: ScheduleStore) -> None:
+    await store.create_job(make_job(1))
+    await store.create_job(make_job(2, state=JobState.PAUSED))
+    await store.add_manual_run(f"{1:032x}", now=T0)
+    stats = await store.stats()
+    assert stats.jobs_by_state == {"scheduled": 1, "paused": 1}
+    assert stats.runs_pending == 1

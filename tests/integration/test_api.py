@@ -1,0 +1,702 @@
+"""The HTTP API end to end in one process: app + job service + in-memory store + manual clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tickwork.api.app import create_app
+from tickwork.clock import ManualClock
+from tickwork.errors import StoreError
+from tickwork.settings import Settings
+from tickwork.store.base import JobQuery, StoreStats
+from tickwork.store.memory import MemoryStore
+
+NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+MAX_BODY = 4096
+
+
+@dataclass
+class Api:
+    client: httpx.AsyncClient
+    clock: ManualClock
+    store: MemoryStore
+
+
+async def _serve(store: MemoryStore) -> AsyncIterator[Api]:
+    await store.open()
+    clock = ManualClock(NOW)
+    app = create_app(store=store, clock=clock, settings=Settings(max_body_bytes=MAX_BODY))
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://tickwork.test") as client:
+        yield Api(client=client, clock=clock, store=store)
+    await store.close()
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[Api]:
+    async for served in _serve(MemoryStore()):
+        yield served
+
+
+def job_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": "nightly report",
+        "schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
+        "target": {
+            "type": "webhook",
+            "url": "https://example.com/hook",
+            "method": "POST",
+            "headers": {"X-Team": "data"},
+            "body": {"report": "daily", "n": [1, 2]},
+        },
+    }
+    body.update(overrides)
+    return body
+
+
+async def create(api: Api, **overrides: Any) -> dict[str, Any]:
+    response = await api.client.post("/v1/jobs", json=job_body(**overrides))
+    assert response.status_code == 201, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    data = response.json()
+    assert set(data) == {"error"}
+    assert set(data["error"]) == {"code", "message", "field"}
+    assert isinstance(data["error"]["message"], str)
+    assert data["error"]["message"]
+    error: dict[str, Any] = data["error"]
+    return error
+
+
+# -- creating ---------------------------------------------------------------------------------
+
+
+async def test_create_cron_job_returns_it_armed(api: Api) -> None:
+    response = await api.client.post("/v1/jobs", json=job_body())
+    assert response.status_code == 201
+    job = response.json()
+    assert response.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert job == {
+        "id": job["id"],
+        "name": "nightly report",
+        "tenant": "default",
+        "state": "scheduled",
+        "schedule": {
+            "cron": "0 2 * * *",
+            "timezone": "Europe/Berlin",
+            "start_at": None,
+            "end_at": None,
+            "misfire": "coalesce",
+            "misfire_grace": "PT1S",
+        },
+        "target": {
+            "type": "webhook",
+            "url": "https://example.com/hook",
+            "method": "POST",
+            "headers": {"X-Team": "data"},
+            "body": {"report": "daily", "n": [1, 2]},
+            "timeout": "PT10S",
+        },
+        "next_run_at": "2026-01-16T01:00:00Z",  # 02:00 in Berlin (CET, +01:00)
+        "last_fired_at": None,
+        "fence_token": 0,
+        "created_at": "2026-01-15T12:00:00Z",
+        "updated_at": "2026-01-15T12:00:00Z",
+    }
+    assert len(job["id"]) == 32
+
+
+async def test_create_every_job_starts_now_and_echoes_the_canonical_interval(api: Api) -> None:
+    job = await create(api, schedule={"every": 90})
+    assert job["schedule"]["every"] == "PT1M30S"
+    assert job["schedule"]["anchor"] == "2026-01-15T12:00:00Z"
+    assert "cron" not in job["schedule"]
+    assert "at" not in job["schedule"]
+    assert job["next_run_at"] == "2026-01-15T12:00:00Z"
+
+
+async def test_create_every_job_with_an_anchor(api: Api) -> None:
+    schedule = {"every": "PT30S", "anchor": "2026-01-15T12:00:10+00:00"}
+    job = await create(api, schedule=schedule)
+    assert job["next_run_at"] == "2026-01-15T12:00:10Z"
+    assert job["schedule"]["every"] == "PT30S"
+
+
+async def test_create_one_shot_job(api: Api) -> None:
+    job = await create(api, schedule={"at": "2026-12-24T19:00:00+01:00"})
+    assert job["next_run_at"] == "2026-12-24T18:00:00Z"
+    assert job["schedule"]["at"] == "2026-12-24T18:00:00Z"
+
+
+async def test_one_shot_in_the_past_is_accepted_and_due_at_once(api: Api) -> None:
+    job = await create(api, schedule={"at": "2026-01-15T11:00:00Z"})
+    assert job["next_run_at"] == "2026-01-15T11:00:00Z"
+    assert job["state"] == "scheduled"
+
+
+async def test_all_schedule_options_round_trip(api: Api) -> None:
+    schedule = {
+        "cron": "*/15 9-17 * * MON-FRI",
+        "timezone": "America/New_York",
+        "start_at": "2026-02-01T00:00:00Z",
+        "end_at": "2026-03-01T00:00:00.250Z",
+        "misfire": "fire_all",
+        "misfire_grace": "PT1M",
+    }
+    target = {"url": "http://127.0.0.1:9/x", "method": "put", "timeout": 2.5}
+    job = await create(api, schedule=schedule, target=target, tenant="acme")
+    assert job["schedule"] == schedule
+    assert job["target"] == {
+        "type": "webhook",
+        "url": "http://127.0.0.1:9/x",
+        "method": "PUT",
+        "headers": {},
+        "body": None,
+        "timeout": "PT2.5S",
+    }
+    assert job["tenant"] == "acme"
+    assert job["next_run_at"] == "2026-02-02T14:00:00Z"  # Monday 09:00 EST
+
+
+async def test_a_job_as_returned_can_be_sent_back(api: Api) -> None:
+    job = await create(api)
+    resent = {k: job[k] for k in ("name", "tenant", "schedule", "target")}
+    again = (await api.client.post("/v1/jobs", json=resent)).json()
+    assert {k: again[k] for k in resent} == resent
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+async def test_get_returns_the_job(api: Api) -> None:
+    job = await create(api)
+    response = await api.client.get(f"/v1/jobs/{job['id']}")
+    assert response.status_code == 200
+    assert response.json() == job
+
+
+async def test_list_pages_through_jobs_in_creation_order(api: Api) -> None:
+    ids = [(await create(api, name=f"job-{n}"))["id"] for n in range(5)]
+    seen: list[str] = []
+    after: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"limit": 2} | ({"after": after} if after else {})
+        page = (await api.client.get("/v1/jobs", params=params)).json()
+        seen += [j["id"] for j in page["jobs"]]
+        pages += 1
+        after = page["next_after"]
+        if after is None:
+            break
+    assert seen == ids
+    assert pages == 3
+
+
+async def test_list_filters(api: Api) -> None:
+    a = await create(api, name="billing-a", tenant="acme")
+    b = await create(api, name="billing-b")
+    c = await create(api, name="reports")
+    await api.client.post(f"/v1/jobs/{b['id']}/pause")
+
+    async def ids(**params: Any) -> list[str]:
+        page = (await api.client.get("/v1/jobs", params=params)).json()
+        return [j["id"] for j in page["jobs"]]
+
+    assert await ids(name_prefix="billing") == [a["id"], b["id"]]
+    assert await ids(tenant="acme") == [a["id"]]
+    assert await ids(state="paused") == [b["id"]]
+    assert await ids(state="scheduled") == [a["id"], c["id"]]
+    assert await ids(limit=1000) == [a["id"], b["id"], c["id"]]
+
+
+async def test_full_page_at_the_end_has_no_next(api: Api) -> None:
+    for n in range(2):
+        await create(api, name=f"job-{n}")
+    page = (await api.client.get("/v1/jobs", params={"limit": 2})).json()
+    assert (len(page["jobs"]), page["next_after"]) == (2, None)
+
+
+# -- changing ---------------------------------------------------------------------------------
+
+
+async def test_patch_changes_only_the_given_fields(api: Api) -> None:
+    job = await create(api)
+    api.clock.advance(timedelta(minutes=5))
+    response = await api.client.patch(f"/v1/jobs/{job['id']}", json={"name": "renamed"})
+    assert response.status_code == 200
+    patched = response.json()
+    assert patched["name"] == "renamed"
+    assert patched["updated_at"] == "2026-01-15T12:05:00Z"
+    unchanged = ("schedule", "target", "next_run_at", "created_at", "tenant", "state")
+    assert {k: patched[k] for k in unchanged} == {k: job[k] for k in unchanged}
+
+
+async def test_patch_schedule_recomputes_next_run_from_now(api: Api) -> None:
+    job = await create(api)
+    api.clock.advance(timedelta(minutes=7))
+    patch = {"schedule": {"every": "PT1H", "anchor": "2026-01-15T00:00:00Z"}}
+    patched = (await api.client.patch(f"/v1/jobs/{job['id']}", json=patch)).json()
+    assert patched["next_run_at"] == "2026-01-15T13:00:00Z"
+    assert patched["schedule"]["every"] == "PT1H"
+
+
+async def test_patch_is_validated_like_create(api: Api) -> None:
+    job = await create(api)
+    bad = await api.client.patch(f"/v1/jobs/{job['id']}", json={"target": {"url": "ftp://x"}})
+    assert error_of(bad, 422)["field"] == "target.url"
+    unknown = await api.client.patch(f"/v1/jobs/{job['id']}", json={"state": "paused"})
+    assert error_of(unknown, 422)["code"] == "unknown_field"
+    assert (await api.client.get(f"/v1/jobs/{job['id']}")).json() == job
+
+
+async def test_pause_and_resume_skip_what_fell_while_paused(api: Api) -> None:
+    job = await create(api, schedule={"cron": "0 * * * *"})
+    assert job["next_run_at"] == "2026-01-15T13:00:00Z"
+    paused = (await api.client.post(f"/v1/jobs/{job['id']}/pause")).json()
+    assert (paused["state"], paused["next_run_at"]) == ("paused", "2026-01-15T13:00:00Z")
+    api.clock.advance(timedelta(hours=5, minutes=30))
+    resumed = (await api.client.post(f"/v1/jobs/{job['id']}/resume")).json()
+    assert (resumed["state"], resumed["next_run_at"]) == ("scheduled", "2026-01-15T18:00:00Z")
+
+
+async def test_pausing_a_completed_job_conflicts(api: Api) -> None:
+    job = await create(api, schedule={"at": "2026-01-16T00:00:00Z"})
+    # complete it the way the scheduler does: through the store
+    stored = await api.store.get_job(job["id"])
+    from dataclasses import replace
+
+    from tickwork.domain.jobs import JobState
+
+    await api.store.update_job(replace(stored, state=JobState.COMPLETED, next_run_at=None))
+    error = error_of(await api.client.post(f"/v1/jobs/{job['id']}/pause"), 409)
+    assert error["code"] == "conflict"
+    assert error_of(await api.client.post(f"/v1/jobs/{job['id']}/resume"), 409)
+
+
+async def test_trigger_returns_a_pending_manual_run(api: Api) -> None:
+    job = await create(api)
+    api.clock.advance(timedelta(seconds=3))
+    response = await api.client.post(f"/v1/jobs/{job['id']}/trigger")
+    assert response.status_code == 202
+    run = response.json()
+    assert run == {
+        "id": run["id"],
+        "job_id": job["id"],
+        "key": run["key"],
+        "origin": "manual",
+        "scheduled_for": "2026-01-15T12:00:03Z",
+        "status": "pending",
+        "attempt": run["attempt"],
+        "fence_token": run["fence_token"],
+        "coalesced": 0,
+        "created_at": "2026-01-15T12:00:03Z",
+        "started_at": None,
+        "finished_at": None,
+        "http_status": None,
+        "error": None,
+    }
+    assert run["key"].startswith(job["id"])
+
+
+async def test_runs_are_listed_newest_first_with_pagination(api: Api) -> None:
+    job = await create(api)
+    made = []
+    for _ in range(3):
+        api.clock.advance(timedelta(seconds=1))
+        made.append((await api.client.post(f"/v1/jobs/{job['id']}/trigger")).json()["id"])
+    first = (await api.client.get(f"/v1/jobs/{job['id']}/runs", params={"limit": 2})).json()
+    assert [r["id"] for r in first["runs"]] == made[::-1][:2]
+    assert first["next_before"] == made[1]
+    params = {"limit": 2, "before": first["next_before"]}
+    rest = (await api.client.get(f"/v1/jobs/{job['id']}/runs", params=params)).json()
+    assert ([r["id"] for r in rest["runs"]], rest["next_before"]) == ([made[0]], None)
+
+
+async def test_delete_then_not_found(api: Api) -> None:
+    job = await create(api)
+    response = await api.client.delete(f"/v1/jobs/{job['id']}")
+    assert (response.status_code, response.content) == (204, b"")
+    for method, path in [
+        ("GET", ""),
+        ("DELETE", ""),
+        ("PATCH", ""),
+        ("POST", "/pause"),
+        ("POST", "/resume"),
+        ("POST", "/trigger"),
+        ("GET", "/runs"),
+    ]:
+        body = {"name": "x"} if method == "PATCH" else None
+        missing = await api.client.request(method, f"/v1/jobs/{job['id']}{path}", json=body)
+        error = error_of(missing, 404)
+        assert error["code"] == "not_found"
+        assert job["id"] in error["message"]
+
+
+# -- preview, health, metrics, docs -----------------------------------------------------------
+
+
+async def test_preview_notes_the_dst_shift(api: Api) -> None:
+    params: dict[str, Any] = {
+        "cron": "30 2 * * *",
+        "timezone": "Europe/Berlin",
+        "after": "2026-03-28T00:00:00Z",
+        "count": 3,
+    }
+    response = await api.client.get("/v1/preview", params=params)
+    assert response.status_code == 200
+    fires = response.json()["fires"]
+    assert [f["utc"] for f in fires] == [
+        "2026-03-28T01:30:00Z",
+        "2026-03-29T01:00:00Z",  # 02:30 does not exist that night: fires at the jump
+        "2026-03-30T00:30:00Z",
+    ]
+    assert [f["local"] for f in fires] == [
+        "2026-03-28T02:30:00+01:00",
+        "2026-03-29T03:00:00+02:00",
+        "2026-03-30T02:30:00+02:00",
+    ]
+    assert fires[0]["note"] is None
+    assert fires[1]["note"]
+
+
+async def test_preview_defaults_to_ten_fires_after_now(api: Api) -> None:
+    fires = (await api.client.get("/v1/preview", params={"cron": "0 * * * *"})).json()["fires"]
+    assert len(fires) == 10
+    assert fires[0]["utc"] == "2026-01-15T13:00:00Z"
+    assert fires[0]["local"] == "2026-01-15T13:00:00+00:00"
+
+
+async def test_healthz(api: Api) -> None:
+    response = await api.client.get("/healthz")
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+class BrokenStore(MemoryStore):
+    async def stats(self) -> StoreStats:
+        raise StoreError("database is locked")
+
+    async def list_jobs(self, query: JobQuery) -> list[Any]:
+        raise RuntimeError("a bug, not bad input")
+
+
+@pytest.fixture
+async def broken() -> AsyncIterator[Api]:
+    async for served in _serve(BrokenStore()):
+        yield served
+
+
+async def test_healthz_is_503_when_the_store_fails(broken: Api) -> None:
+    error = error_of(await broken.client.get("/healthz"), 503)
+    assert error["code"] == "store_unavailable"
+    assert "database is locked" in error["message"]
+
+
+async def test_unexpected_exception_is_a_500_in_the_error_shape(broken: Api) -> None:
+    error = error_of(await broken.client.get("/v1/jobs"), 500)
+    assert error == {
+        "code": "internal_error",
+        "message": "internal error; the server log has the details",
+        "field": None,
+    }
+
+
+async def test_metrics_exposition(api: Api) -> None:
+    response = await api.client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    for name in ("tickwork_fires_total", "tickwork_fire_lateness_seconds", "tickwork_runs_total"):
+        assert name in response.text
+
+
+async def test_openapi_and_docs(api: Api) -> None:
+    spec = (await api.client.get("/openapi.json")).json()
+    assert spec["openapi"].startswith("3.")
+    for path in (
+        "/v1/jobs",
+        "/v1/jobs/{job_id}",
+        "/v1/jobs/{job_id}/pause",
+        "/v1/jobs/{job_id}/resume",
+        "/v1/jobs/{job_id}/trigger",
+        "/v1/jobs/{job_id}/runs",
+        "/v1/preview",
+        "/healthz",
+    ):
+        assert path in spec["paths"], path
+    assert "ErrorOut" in spec["components"]["schemas"]
+    docs = await api.client.get("/docs")
+    assert docs.status_code == 200
+    assert "swagger" in docs.text.lower()
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schedule", "field", "needle"),
+    [
+        ({"cron": "0 2 * * FOO"}, "schedule.cron", "FOO"),
+        ({"cron": "61 * * * *"}, "schedule.cron", "61"),
+        ({"cron": "0 2 * *"}, "schedule.cron", "field"),
+        ({"cron": "0 0 30 2 *"}, "schedule.cron", "February"),
+        ({"cron": "0 2 * * *", "timezone": "Mars/Olympus_Mons"}, "schedule.timezone", "Mars"),
+        ({"cron": "0 2 * * *", "timezone": "europe/berln"}, "schedule.timezone", "Europe/Berlin"),
+        ({"every": "fast"}, "schedule.every", "ISO-8601"),
+        ({"every": -5}, "schedule.every", "positive"),
+        ({"every": True}, "schedule.every", "duration"),
+        ({"every": "P1M"}, "schedule.every", "months"),
+        ({"at": "2026-12-24T18:00:00"}, "schedule.at", "add Z or an offset"),
+        ({"at": "tomorrow"}, "schedule.at", ""),
+        ({"every": 30, "anchor": "2026-01-01T00:00:00"}, "schedule.anchor", "add Z"),
+        ({"cron": "* * * * *", "end_at": "2026-01-01T00:00:00Z"}, "schedule.end_at", "never"),
+        ({"cron": "* * * * *", "misfire": "sometimes"}, "schedule.misfire", "coalesce"),
+        ({"cron": "* * * * *", "misfire_grace": "soon"}, "schedule.misfire_grace", ""),
+        ({"every": "PT1S", "timezone": "UTC"}, "schedule", "timezone"),
+        ({"cron": "* * * * *", "every": "PT1S"}, "schedule", "exactly one"),
+        ({}, "schedule", "exactly one"),
+    ],
+)
+async def test_bad_schedules_are_named(
+    api: Api, schedule: dict[str, Any], field: str, needle: str
+) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=job_body(schedule=schedule)), 422)
+    assert error["field"] == field, error
+    assert needle in error["message"], error
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "ftp://example.com/x",
+        "javascript:alert(1)",
+        "http://",
+        "example.com/hook",
+        "",
+    ],
+)
+async def test_non_http_urls_are_refused(api: Api, url: str) -> None:
+    body = job_body(target={"url": url})
+    error = error_of(await api.client.post("/v1/jobs", json=body), 422)
+    assert error["field"] == "target.url"
+
+
+@pytest.mark.parametrize(
+    ("target", "field"),
+    [
+        ({"url": "https://x.test", "method": "TRACE"}, "target.method"),
+        ({"url": "https://x.test", "timeout": "PT6M"}, "target.timeout"),
+        ({"url": "https://x.test", "headers": {"Bad Name": "x"}}, "target.headers"),
+        ({"url": "https://x.test", "headers": {"X-A": "a\r\nInjected: 1"}}, "target.headers"),
+        ({"url": "https://x.test", "headers": {"X-A": 5}}, "target.headers.X-A"),
+        ({"url": "https://x.test", "type": "email"}, "target.type"),
+        ({"method": "POST"}, "target.url"),
+    ],
+)
+async def test_bad_targets_are_named(api: Api, target: dict[str, Any], field: str) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=job_body(target=target)), 422)
+    assert error["field"] == field, error
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (job_body(colour="red"), "colour"),
+        (job_body(schedule={"cron": "* * * * *", "tz": "UTC"}), "schedule.tz"),
+        (job_body(target={"url": "https://x.test", "verb": "GET"}), "target.verb"),
+    ],
+)
+async def test_unknown_fields_are_named(api: Api, body: dict[str, Any], field: str) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=body), 422)
+    assert (error["code"], error["field"]) == ("unknown_field", field)
+    assert repr(field.split(".")[-1]) in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({k: v for k, v in job_body().items() if k != "name"}, "name"),
+        (job_body(name=""), "name"),
+        (job_body(name="x" * 201), "name"),
+        (job_body(tenant=""), "tenant"),
+        (job_body(name=5), "name"),
+    ],
+)
+async def test_bad_names_are_named(api: Api, body: dict[str, Any], field: str) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=body), 422)
+    assert error["field"] == field
+
+
+async def test_body_over_the_limit_is_413(api: Api) -> None:
+    big = job_body(target={"url": "https://x.test", "body": "x" * MAX_BODY})
+    error = error_of(await api.client.post("/v1/jobs", json=big), 413)
+    assert error["code"] == "body_too_large"
+    assert str(MAX_BODY) in error["message"]
+
+
+async def test_streamed_body_over_the_limit_is_413(api: Api) -> None:
+    async def chunks() -> Any:
+        yield b'{"name": "'
+        for _ in range(MAX_BODY // 512 + 1):
+            yield b"x" * 512
+        yield b'"}'
+
+    response = await api.client.post(
+        "/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert error_of(response, 413)["code"] == "body_too_large"
+
+
+@pytest.mark.parametrize(
+    "raw", [b"{", b'{"name": "x",}', b"not json", b"\xff\xfe", b'{"name": "x"} trailing']
+)
+async def test_malformed_json_is_400(api: Api, raw: bytes) -> None:
+    response = await api.client.post(
+        "/v1/jobs", content=raw, headers={"content-type": "application/json"}
+    )
+    error = error_of(response, 400)
+    assert error["code"] == "malformed_json"
+    assert "not valid JSON" in error["message"]
+
+
+async def test_body_that_is_not_an_object_is_422(api: Api) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=[1, 2]), 422)
+    assert error["field"] is None
+
+
+async def test_missing_body_is_422(api: Api) -> None:
+    error = error_of(await api.client.post("/v1/jobs"), 422)
+    assert error["code"] == "missing"
+
+
+async def test_form_encoded_body_is_415(api: Api) -> None:
+    response = await api.client.post(
+        "/v1/jobs", content=b"name=x", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert error_of(response, 415)["code"] == "unsupported_media_type"
+
+
+async def test_unknown_route_and_wrong_method(api: Api) -> None:
+    error = error_of(await api.client.get("/v2/nothing"), 404)
+    assert error["code"] == "not_found"
+    response = await api.client.put("/v1/jobs")
+    error = error_of(response, 405)
+    assert error["code"] == "method_not_allowed"
+    assert "GET" in response.headers["allow"]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "field"),
+    [
+        ("/v1/jobs", {"limit": 0}, "limit"),
+        ("/v1/jobs", {"limit": 1001}, "limit"),
+        ("/v1/jobs", {"limit": "many"}, "limit"),
+        ("/v1/jobs", {"state": "sleeping"}, "state"),
+        ("/v1/preview", {}, "cron"),
+        ("/v1/preview", {"cron": "0 0 30 2 *"}, "schedule.cron"),
+        ("/v1/preview", {"cron": "* * * * *", "timezone": "Nowhere"}, "schedule.timezone"),
+        ("/v1/preview", {"cron": "* * * * *", "count": 0}, "count"),
+        ("/v1/preview", {"cron": "* * * * *", "count": 1001}, "count"),
+        ("/v1/preview", {"cron": "* * * * *", "after": "2026-01-01T00:00:00"}, "after"),
+        ("/v1/preview", {"cron": "* * * * *", "after": "yesterday"}, "after"),
+    ],
+)
+async def test_bad_query_parameters_are_named(
+    api: Api, path: str, params: dict[str, Any], field: str
+) -> None:
+    error = error_of(await api.client.get(path, params=params), 422)
+    assert error["field"] == field
+
+
+async def test_bad_runs_paging_is_named(api: Api) -> None:
+    job = await create(api)
+    response = await api.client.get(f"/v1/jobs/{job['id']}/runs", params={"before": -1})
+    assert error_of(response, 422)["field"] == "before"
+
+
+# -- no 500 for any input ---------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+schedule_fields = st.sampled_from(
+    ["cron", "timezone", "every", "anchor", "at", "start_at", "end_at", "misfire", "misfire_grace"]
+)
+target_fields = st.sampled_from(["type", "url", "method", "headers", "body", "timeout"])
+tricky_text = st.sampled_from(
+    ["", " ", "0 0 30 2 *", "*/0 * * * *", "PT0S", "P1Y", "9" * 40, "2026-02-30T00:00:00Z",
+     "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "2199-12-31T23:59:59Z",
+     "http://", "Europe/Berlin", "\x00", "L", "@reboot", "1e309"]
+)  # fmt: skip
+
+
+@st.composite
+def job_like_bodies(draw: st.DrawFn) -> Any:
+    """Mostly valid job bodies with one part replaced by something odd."""
+    body = job_body(schedule={"cron": "0 2 * * *"})
+    value = draw(json_values | tricky_text)
+    where = draw(st.sampled_from(["top", "schedule", "target"]))
+    if where == "schedule":
+        body["schedule"] = {**body["schedule"], draw(schedule_fields): value}
+    elif where == "target":
+        body["target"] = {**body["target"], draw(target_fields): value}
+    else:
+        body[draw(st.sampled_from(["name", "tenant", "schedule", "target"]))] = value
+    return body
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(body=json_values | job_like_bodies())
+async def test_no_json_body_gives_a_500(api: Api, body: Any) -> None:
+    response = await api.client.post(
+        "/v1/jobs", content=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        error_of(response, response.status_code)
+
+
+@pytest.mark.parametrize(
+    "when",
+    ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "1969-12-31T23:59:59Z", 1e20],
+)
+@pytest.mark.parametrize("key", ["at", "anchor", "start_at", "end_at"])
+async def test_instants_out_of_range_are_refused_not_overflowed(
+    api: Api, key: str, when: str | float
+) -> None:
+    schedule: dict[str, Any] = {"every": 30} if key != "at" else {}
+    schedule[key] = when
+    error = error_of(await api.client.post("/v1/jobs", json=job_body(schedule=schedule)), 422)
+    assert error["field"] == f"schedule.{key}"
+
+
+@pytest.mark.parametrize(("depth", "status"), [(400, 422), (1800, 400)])
+async def test_deeply_nested_bodies_are_refused(api: Api, depth: int, status: int) -> None:
+    nested = "[" * depth + "]" * depth
+    raw = json.dumps(job_body(target={"url": "https://x.test"}))
+    raw = raw.replace('"url": "https://x.test"', f'"url": "https://x.test", "body": {nested}')
+    response = await api.client.post(
+        "/v1/jobs", content=raw.encode(), headers={"content-type": "application/json"}
+    )
+    error = error_of(response, status)
+    assert "nested too deeply" in error["message"]

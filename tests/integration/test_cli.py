@@ -1,0 +1,330 @@
+"""The CLI against a real HTTP server (uvicorn in a thread, in-memory store, manual clock)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from tickwork.api.app import create_app
+from tickwork.cli import run
+from tickwork.clock import ManualClock
+from tickwork.settings import Settings
+from tickwork.store.memory import MemoryStore
+
+NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class Server:
+    url: str
+    clock: ManualClock
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    store = MemoryStore()
+    asyncio.run(store.open())
+    clock = ManualClock(NOW)
+    app = create_app(store=store, clock=clock, settings=Settings())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    http = uvicorn.Server(config)
+    thread = threading.Thread(target=http.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    _wait_until_up(url, thread)
+    try:
+        yield Server(url=url, clock=clock)
+    finally:
+        http.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def _wait_until_up(url: str, thread: threading.Thread) -> None:
+    for _ in range(200):
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if not thread.is_alive():
+            break
+        threading.Event().wait(0.025)
+    raise RuntimeError("the test server did not start")
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], server: Server) -> Any:
+    def invoke(*args: str, api: bool = True) -> Result:
+        argv = [*args, "--api", server.url] if api else list(args)
+        code = run(argv)
+        captured = capsys.readouterr()
+        return Result(code=code, out=captured.out, err=captured.err)
+
+    return invoke
+
+
+def create_args(*extra: str) -> list[str]:
+    return ["jobs", "create", "--name", "nightly", "--url", "https://example.com/hook", *extra]
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+def test_create_with_json_prints_exactly_the_api_job(cli: Any) -> None:
+    args = ["--cron", "0 2 * * *", "--tz", "Europe/Berlin", "--header", "X-Team: data"]
+    result = cli(*create_args(*args, "--body", '{"k": [1, 2]}', "--json"))
+    assert (result.code, result.err) == (0, "")
+    job = result.json()
+    assert job["next_run_at"] == "2026-01-16T01:00:00Z"
+    assert job["schedule"]["cron"] == "0 2 * * *"
+    assert job["target"]["headers"] == {"X-Team": "data"}
+    assert job["target"]["body"] == {"k": [1, 2]}
+
+
+def test_create_every_and_at_and_with_options(cli: Any) -> None:
+    every = cli(*create_args("--every", "30", "--json")).json()
+    assert every["schedule"]["every"] == "PT30S"
+    at = cli(*create_args("--at", "2026-12-24T18:00:00Z", "--method", "put", "--json")).json()
+    assert (at["next_run_at"], at["target"]["method"]) == ("2026-12-24T18:00:00Z", "PUT")
+    options = [
+        "--every", "PT1M", "--start-at", "2026-02-01T00:00:00Z", "--end-at",
+        "2026-03-01T00:00:00Z", "--misfire", "skip", "--timeout", "PT3S", "--tenant", "acme",
+    ]  # fmt: skip
+    job = cli(*create_args(*options, "--json")).json()
+    assert job["schedule"]["start_at"] == "2026-02-01T00:00:00Z"
+    assert job["schedule"]["misfire"] == "skip"
+    assert (job["target"]["timeout"], job["tenant"]) == ("PT3S", "acme")
+    assert job["next_run_at"] == "2026-02-01T00:00:00Z"
+
+
+def test_create_from_a_file(cli: Any, tmp_path: Path) -> None:
+    body = {
+        "name": "from-file",
+        "schedule": {"at": "2026-06-01T00:00:00Z"},
+        "target": {"url": "http://127.0.0.1:9/x"},
+    }
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(body))
+    job = cli("jobs", "create", "--file", str(path), "--json").json()
+    assert (job["name"], job["next_run_at"]) == ("from-file", "2026-06-01T00:00:00Z")
+
+
+def test_create_prints_a_readable_table(cli: Any) -> None:
+    result = cli(*create_args("--cron", "0 2 * * *"))
+    assert result.code == 0
+    for text in ("nightly", "cron 0 2 * * * (UTC)", "POST https://example.com/hook", "scheduled"):
+        assert text in result.out
+    assert not result.out.lstrip().startswith("{")
+
+
+def test_list_get_pause_resume_trigger_runs_delete(cli: Any) -> None:
+    job = cli(*create_args("--cron", "0 * * * *", "--name", "lifecycle", "--json")).json()
+    job_id = job["id"]
+
+    listed = cli("jobs", "list", "--name-prefix", "lifecycle", "--json").json()
+    assert [j["id"] for j in listed["jobs"]] == [job_id]
+    table = cli("jobs", "list", "--name-prefix", "lifecycle")
+    assert job_id in table.out
+    assert "lifecycle" in table.out
+
+    assert cli("jobs", "get", job_id, "--json").json() == job
+    assert job_id in cli("jobs", "get", job_id).out
+
+    assert cli("jobs", "pause", job_id, "--json").json()["state"] == "paused"
+    assert "paused" in cli("jobs", "list", "--state", "paused").out
+    resumed = cli("jobs", "resume", job_id)
+    assert (resumed.code, "scheduled" in resumed.out) == (0, True)
+
+    run_ = cli("jobs", "trigger", job_id, "--json").json()
+    assert (run_["origin"], run_["status"]) == ("manual", "pending")
+    triggered = cli("jobs", "trigger", job_id)
+    assert "pending" in triggered.out
+
+    runs = cli("jobs", "runs", job_id, "--json").json()
+    assert [r["id"] for r in runs["runs"]] == [run_["id"]]
+    assert "manual" in cli("jobs", "runs", job_id).out
+
+    assert cli("jobs", "delete", job_id, "--json").out == ""
+    gone = cli("jobs", "get", job_id)
+    assert gone.code == 2
+    assert "does not exist" in gone.err
+
+
+def test_list_pages_with_a_hint(cli: Any) -> None:
+    for n in range(3):
+        cli(*create_args("--every", "60", "--name", f"paged-{n}", "--json"))
+    first = cli("jobs", "list", "--name-prefix", "paged-", "--limit", "2")
+    assert "more: tickwork jobs list --after" in first.out
+    page = cli("jobs", "list", "--name-prefix", "paged-", "--limit", "2", "--json").json()
+    rest = cli("jobs", "list", "--name-prefix", "paged-", "--after", page["next_after"], "--json")
+    assert [j["name"] for j in rest.json()["jobs"]] == ["paged-2"]
+
+
+# -- preview ----------------------------------------------------------------------------------
+
+
+def test_preview_json_is_exactly_the_utc_instants(cli: Any) -> None:
+    args = ["preview", "--cron", "30 2 * * *", "--tz", "Europe/Berlin"]
+    result = cli(*args, "--after", "2026-03-28T00:00:00Z", "--count", "3", "--json", api=False)
+    assert result.code == 0
+    assert result.err == ""
+    assert result.out == (
+        '["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]\n'
+    )
+
+
+def test_preview_table_shows_local_times_and_the_dst_note(cli: Any) -> None:
+    args = ["preview", "--cron", "30 2 * * *", "--tz", "Europe/Berlin"]
+    result = cli(*args, "--after", "2026-03-28T00:00:00Z", "--count", "3", api=False)
+    assert result.code == 0
+    for text in ("2026-03-29T01:00:00Z", "2026-03-29T03:00:00+02:00", "02:30", "not exist"):
+        assert text in result.out
+
+
+# -- bad input and failures -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["preview", "--cron", "0 0 30 2 *"], "--cron"),
+        (["preview", "--cron", "* * * * *", "--tz", "Mars/Base"], "--tz"),
+        (["preview", "--cron", "* * * * *", "--count", "0"], "--count"),
+        (["preview", "--cron", "* * * * *", "--count", "many"], "--count"),
+        (["preview", "--cron", "* * * * *", "--after", "2026-01-01T00:00:00"], "add Z"),
+        (["preview", "--cron", "* * * * *", "--after", "soon"], "--after"),
+        (["preview"], "--cron"),
+        (["preview", "--cron", "* * * * *", "--bogus"], "--bogus"),
+        (["nosuchcommand"], "nosuchcommand"),
+    ],
+)
+def test_local_bad_input_exits_2_with_one_line(cli: Any, args: list[str], needle: str) -> None:
+    result = cli(*args, api=False)
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err.startswith("error: ")
+    assert result.err.count("\n") == 1
+    assert needle in result.err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--cron", "0 2 * * FOO"], "schedule.cron (--cron)"),
+        (["--cron", "* * * * *", "--tz", "Nowhere"], "schedule.timezone (--tz)"),
+        ([], "schedule (--cron/--every/--at)"),
+        (["--every", "fast"], "schedule.every (--every)"),
+        (["--at", "2026-12-24T18:00:00"], "add Z"),
+        (["--every", "30", "--header", "no-colon"], "--header"),
+        (["--every", "30", "--body", "{not json"], "--body"),
+    ],
+)
+def test_api_bad_input_exits_2_naming_the_flag(cli: Any, extra: list[str], needle: str) -> None:
+    result = cli(*create_args(*extra))
+    assert result.code == 2
+    assert needle in result.err
+    assert result.err.count("\n") == 1
+
+
+def test_bad_url_names_the_flag(cli: Any) -> None:
+    args = ["jobs", "create", "--name", "x", "--every", "30", "--url", "file:///etc/passwd"]
+    result = cli(*args)
+    assert result.code == 2
+    assert "target.url (--url)" in result.err
+
+
+def test_file_and_flags_do_not_mix(cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / "job.json"
+    path.write_text("{}")
+    assert "not both" in cli("jobs", "create", "--file", str(path), "--name", "x").err
+    path.write_text("[1]")
+    assert "JSON object" in cli("jobs", "create", "--file", str(path)).err
+    missing = cli("jobs", "create", "--file", str(tmp_path / "nope.json"))
+    assert (missing.code, "cannot read" in missing.err) == (2, True)
+
+
+def test_unreachable_api_exits_1(cli: Any) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    result = cli("jobs", "list", "--api", dead, api=False)
+    assert result.code == 1
+    assert result.err == (
+        f"error: cannot reach the tickwork API at {dead} (is `tickwork up` running?)\n"
+    )
+
+
+# -- the installed entry point ----------------------------------------------------------------
+
+
+def _tickwork(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "tickwork"
+    command = [str(script)] if script.exists() else [sys.executable, "-c", _MAIN]
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+
+
+_MAIN = "import sys; from tickwork.cli import main; sys.argv[0] = 'tickwork'; main()"
+
+
+def test_entry_point_bad_input_has_no_traceback() -> None:
+    result = _tickwork("preview", "--cron", "0 0 30 2 *", "--json")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: schedule.cron (--cron):")
+
+
+def test_entry_point_preview_json(server: Server) -> None:
+    args = ["--cron", "0 12 * * *", "--after", "2026-01-01T00:00:00Z", "--count", "2", "--json"]
+    result = _tickwork("preview", *args)
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == ["2026-01-01T12:00:00Z", "2026-01-02T12:00:00Z"]
+
+
+def test_entry_point_talks_to_the_api_from_the_environment(server: Server) -> None:
+    os.environ["TICKWORK_API_URL"] = server.url
+    try:
+        result = _tickwork("jobs", "list", "--limit", "1", "--json")
+    finally:
+        del os.environ["TICKWORK_API_URL"]
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads(result.stdout)) == {"jobs", "next_after"}
+
+
+def test_entry_point_help_lists_the_commands() -> None:
+    result = _tickwork("--help")
+    assert result.returncode == 0
+    for command in ("up", "db", "jobs", "preview"):
+        assert command in result.stdout

@@ -1,0 +1,119 @@
+"""The in-process executor against a real webhook receiver and a real SQLite store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tickwork.clock import SystemClock, utc_iso
+from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
+from tickwork.domain.runs import RunStatus
+from tickwork.store.base import ClaimPlan
+from tickwork.store.sqlite import SqliteStore
+from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.executors.webhook import WebhookRunner
+
+from ..support.receiver import Receiver
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    rx = await Receiver(statuses={"/fail": 503}).start()
+    yield rx
+    await rx.stop()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    db = SqliteStore(tmp_path / "t.db")
+    await db.open()
+    yield db
+    await db.close()
+
+
+async def add_job(store: SqliteStore, n: int, url: str, at: datetime) -> Job:
+    job = Job(
+        id=f"{n:032x}",
+        name=f"j{n}",
+        schedule=Schedule(trigger=EveryTrigger(interval_ms=60_000, anchor=at)),
+        target=WebhookTarget(url=url, headers={"x-custom": "yes"}, body=[1, 2]),
+        state=JobState.SCHEDULED,
+        next_run_at=at,
+        created_at=at,
+        updated_at=at,
+    )
+    return await store.create_job(job)
+
+
+async def claim_one(store: SqliteStore, job: Job, lease_s: float = 60):  # type: ignore[no-untyped-def]
+    assert job.next_run_at is not None
+    plan = ClaimPlan(
+        job_id=job.id,
+        expected_fence=job.fence_token,
+        expected_next_run_at=job.next_run_at,
+        scheduled_for=job.next_run_at,
+        coalesced=0,
+        new_next_run_at=job.next_run_at + timedelta(minutes=1),
+    )
+    now = datetime.now(UTC)
+    return await store.claim(
+        [plan], owner="t", lease_until=now + timedelta(seconds=lease_s), now=now
+    )
+
+
+async def test_fires_wait_for_their_instant_and_outcomes_are_recorded(
+    store: SqliteStore, receiver: Receiver
+) -> None:
+    at = datetime.now(UTC) + timedelta(milliseconds=300)
+    ok = await add_job(store, 1, receiver.url("/ok"), at)
+    bad = await add_job(store, 2, receiver.url("/fail"), at)
+    fires = await claim_one(store, ok) + await claim_one(store, bad)
+    async with WebhookRunner() as runner:
+        executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
+        executor.submit(fires)
+        await executor.drain()
+    [hit] = receiver.for_path("/ok")
+    assert hit.arrived_at >= at
+    assert hit.headers["tickwork-scheduled-for"] == utc_iso(at)
+    assert hit.headers["x-custom"] == "yes"
+    assert hit.body == b"[1, 2]"
+    [run] = await store.list_runs(ok.id)
+    assert (run.status, run.http_status) == (RunStatus.SUCCEEDED, 200)
+    assert run.started_at is not None and run.started_at >= at
+    [run] = await store.list_runs(bad.id)
+    assert (run.status, run.http_status, run.error) == (RunStatus.FAILED, 503, "HTTP 503")
+
+
+async def test_unreachable_targets_fail_with_an_error_message(store: SqliteStore) -> None:
+    from tickwork.testing import free_port
+
+    job = await add_job(store, 1, f"http://127.0.0.1:{free_port()}/", datetime.now(UTC))
+    async with WebhookRunner() as runner:
+        executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
+        executor.submit(await claim_one(store, job))
+        await executor.drain()
+    [run] = await store.list_runs(job.id)
+    assert run.status is RunStatus.FAILED
+    assert run.http_status is None
+    assert run.error and "Connect" in run.error
+
+
+async def test_an_orphaned_fire_is_recovered_and_run_once(
+    store: SqliteStore, receiver: Receiver
+) -> None:
+    job = await add_job(store, 1, receiver.url("/ok"), datetime.now(UTC))
+    [lost] = await claim_one(store, job, lease_s=0)  # its claimer "died": the lease is over
+    async with WebhookRunner() as runner:
+        executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="rescuer"))
+        assert await executor.recover_orphans() == 1
+        await executor.drain()
+        assert await executor.recover_orphans() == 0
+    [hit] = receiver.for_path("/ok")
+    assert hit.headers["tickwork-attempt"] == "2"
+    assert hit.headers["webhook-id"] == lost.key
+    assert int(hit.headers["tickwork-fence"]) == lost.fence_token + 1
+    [run] = await store.list_runs(job.id)
+    assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 2)

@@ -1,0 +1,359 @@
+"""Migrations runner against real SQLite files and real PostgreSQL databases.
+
+Concurrency is tested with real contention: several upgraders (tasks on separate engines, and
+separate OS processes released together through a stdin barrier) race on one fresh database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from tickwork.errors import InvalidInput, StoreError
+from tickwork.settings import sqlite_path
+from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revision, upgrade
+from tickwork.testing import ThrowawayPostgres, free_port
+
+HEAD = "0001"
+SCHEMA_TABLES = {"tw_jobs", "tw_runs", VERSION_TABLE}
+SCHEMA_INDEXES = {"tw_jobs_due", "tw_jobs_tenant_name", "tw_runs_job", "tw_runs_pending"}
+
+# Each child imports everything first, says "ready", and starts upgrading only on "go": the
+# parent releases all of them at once, so they really race for the fresh database.
+UPGRADER = """
+import asyncio, sys
+import sqlalchemy.dialects.postgresql.asyncpg, sqlalchemy.dialects.sqlite.aiosqlite
+from tickwork.store.migrate import upgrade
+print("ready", flush=True)
+sys.stdin.readline()
+print(asyncio.run(upgrade(sys.argv[1])), flush=True)
+"""
+
+
+# -- schema inspection (independent of the code under test) -------------------------------------
+
+
+def sqlite_schema(url: str) -> dict[str, str]:
+    """name -> SQL of every table and explicit index in the SQLite file behind `url`."""
+    path = sqlite_path(url)
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+    return {name: sql for name, sql in rows}
+
+
+def sqlite_versions(url: str) -> list[str]:
+    path = sqlite_path(url)
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        return [row[0] for row in conn.execute(f"SELECT version_num FROM {VERSION_TABLE}")]
+
+
+async def pg_schema(dsn: str) -> dict[str, str]:
+    """name -> definition of every table and index in the public schema of `dsn`."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        indexes = await conn.fetch(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+        )
+    finally:
+        await conn.close()
+    schema = {row["tablename"]: "table" for row in tables}
+    schema.update({row["indexname"]: row["indexdef"] for row in indexes})
+    return schema
+
+
+async def pg_versions(dsn: str) -> list[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [r["version_num"] for r in await conn.fetch(f"SELECT * FROM {VERSION_TABLE}")]
+    finally:
+        await conn.close()
+
+
+async def run_upgrader_processes(url: str, count: int) -> list[str]:
+    """Start `count` processes that each run upgrade(url), release them together, return stdout."""
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            UPGRADER,
+            url,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(count)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            if line != b"ready\n":
+                _, err = await proc.communicate()
+                pytest.fail(f"upgrader did not start: {line!r} {err.decode()}")
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+        results = await asyncio.wait_for(
+            asyncio.gather(*(proc.communicate() for proc in procs)), 90
+        )
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    outputs = []
+    for proc, (out, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err.decode()
+        outputs.append(out.decode().strip())
+    return outputs
+
+
+# -- SQLite -------------------------------------------------------------------------------------
+
+
+async def test_sqlite_upgrade_creates_schema_and_is_idempotent(tmp_path: Path) -> None:
+    db = tmp_path / "not" / "yet" / "there" / "tickwork.db"
+    url = f"sqlite:///{db}"
+    assert await current_revision(url) is None
+    assert not db.exists(), "current_revision must not create the database file"
+
+    assert await upgrade(url) == HEAD
+    assert await current_revision(url) == HEAD
+    schema = sqlite_schema(url)
+    assert schema.keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+    assert "WHERE state = 'scheduled'" in schema["tw_jobs_due"], "tw_jobs_due must be partial"
+    assert "WHERE status = 'pending'" in schema["tw_runs_pending"]
+    assert sqlite_versions(url) == [HEAD]
+
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO tw_jobs (id, name, state, schedule_kind, misfire, misfire_grace_ms,"
+            " target, created_us, updated_us) VALUES ('j1', 'n', 'scheduled', 'every', 'skip',"
+            " 0, '{}', 1, 1)"
+        )
+    assert await upgrade(url) == HEAD
+    assert sqlite_schema(url) == schema
+    assert sqlite_versions(url) == [HEAD]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT id FROM tw_jobs").fetchall() == [("j1",)]
+
+
+async def test_sqlite_concurrent_upgrades_in_one_process(sqlite_url: str) -> None:
+    assert await asyncio.gather(*(upgrade(sqlite_url) for _ in range(4))) == [HEAD] * 4
+    assert sqlite_versions(sqlite_url) == [HEAD]
+    assert sqlite_schema(sqlite_url).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+
+
+async def test_concurrent_upgrades_of_different_databases_in_one_process(tmp_path: Path) -> None:
+    """Alembic keeps its `op`/`context` in module globals: runs in one process must not overlap,
+    or one database's DDL lands on the other's connection."""
+    urls = [f"sqlite:///{tmp_path}/db{i}.db" for i in range(4)]
+    results = await asyncio.wait_for(asyncio.gather(*(upgrade(url) for url in urls)), 60)
+    assert results == [HEAD] * 4
+    for url in urls:
+        assert sqlite_versions(url) == [HEAD]
+        assert sqlite_schema(url).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+
+
+async def test_sqlite_concurrent_upgrades_in_separate_processes(sqlite_url: str) -> None:
+    assert await run_upgrader_processes(sqlite_url, 4) == [HEAD] * 4
+    assert sqlite_versions(sqlite_url) == [HEAD]
+    assert sqlite_schema(sqlite_url).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+
+
+async def test_sqlite_failed_migration_leaves_nothing_behind(sqlite_url: str) -> None:
+    """The whole upgrade is one transaction: a failure half-way rolls every table back."""
+    path = sqlite_path(sqlite_url)
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE tw_runs (x INTEGER)")  # 0001 fails on its last table
+    with pytest.raises(StoreError, match="tw_runs"):
+        await upgrade(sqlite_url)
+    assert set(sqlite_schema(sqlite_url)) == {"tw_runs"}
+    assert await current_revision(sqlite_url) is None
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+
+async def test_pg_upgrade_creates_schema_and_is_idempotent(pg_dsn: str) -> None:
+    assert await current_revision(pg_dsn) is None
+    assert await upgrade(pg_dsn) == HEAD
+    assert await current_revision(pg_dsn) == HEAD
+    schema = await pg_schema(pg_dsn)
+    assert schema.keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+    assert "WHERE (state = 'scheduled'::text)" in schema["tw_jobs_due"]
+    assert await pg_versions(pg_dsn) == [HEAD]
+
+    assert await upgrade(pg_dsn.replace("postgresql://", "postgres://", 1)) == HEAD
+    assert await pg_schema(pg_dsn) == schema
+    assert await pg_versions(pg_dsn) == [HEAD]
+
+
+async def test_pg_concurrent_upgrades_on_separate_engines(pg_dsn: str) -> None:
+    assert await asyncio.gather(*(upgrade(pg_dsn) for _ in range(4))) == [HEAD] * 4
+    assert await pg_versions(pg_dsn) == [HEAD]
+    assert (await pg_schema(pg_dsn)).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+
+
+async def test_pg_concurrent_upgrades_in_separate_processes(pg_dsn: str) -> None:
+    assert await run_upgrader_processes(pg_dsn, 4) == [HEAD] * 4
+    assert await pg_versions(pg_dsn) == [HEAD]
+    assert (await pg_schema(pg_dsn)).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+
+
+async def test_pg_upgrade_waits_for_the_migration_lock(pg_dsn: str) -> None:
+    """Deterministic check of the lock: while another session holds it, upgrade waits."""
+    holder = await asyncpg.connect(pg_dsn)
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1)", MIGRATE_LOCK_KEY)
+        task = asyncio.create_task(upgrade(pg_dsn))
+        await _until(lambda: _advisory_lock_waiters(holder), "upgrade never queued on the lock")
+        assert not task.done()
+        assert await pg_schema(pg_dsn) == {}, "upgrade ran DDL without the lock"
+        await holder.execute("SELECT pg_advisory_unlock($1)", MIGRATE_LOCK_KEY)
+        assert await asyncio.wait_for(task, 30) == HEAD
+    finally:
+        await holder.close()
+    assert await pg_versions(pg_dsn) == [HEAD]
+
+
+async def test_pg_failed_migration_leaves_nothing_behind(pg_dsn: str) -> None:
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute("CREATE TABLE tw_runs (x INTEGER)")
+    finally:
+        await conn.close()
+    with pytest.raises(StoreError, match="tw_runs"):
+        await upgrade(pg_dsn)
+    assert set(await pg_schema(pg_dsn)) == {"tw_runs"}
+    assert await current_revision(pg_dsn) is None
+
+
+async def _advisory_lock_waiters(conn: asyncpg.Connection) -> bool:
+    waiting = await conn.fetchval(
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+        " WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()"
+    )
+    return bool(waiting)
+
+
+async def _until(check: Callable[[], Awaitable[bool]], message: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            pytest.fail(message)
+        await asyncio.sleep(0.02)
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["mysql://root@127.0.0.1/tickwork", "redis://127.0.0.1:6379/0", "tickwork.db", "sqlite://"],
+)
+async def test_unknown_url_form_is_invalid_input(url: str) -> None:
+    for call in (upgrade, current_revision):
+        with pytest.raises(InvalidInput) as caught:
+            await call(url)
+        assert caught.value.field == "database_url"
+        assert "sqlite:///" in caught.value.message
+        assert "postgresql://" in caught.value.message
+
+
+async def test_unknown_target_revision_is_invalid_input(sqlite_url: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        await upgrade(sqlite_url, "9999")
+    assert caught.value.field == "revision"
+    assert await current_revision(sqlite_url) is None
+
+
+async def test_database_from_a_newer_tickwork_is_refused(sqlite_url: str) -> None:
+    await upgrade(sqlite_url)
+    path = sqlite_path(sqlite_url)
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE {VERSION_TABLE} SET version_num = '0999'")
+    with pytest.raises(StoreError, match="newer tickwork"):
+        await upgrade(sqlite_url)
+
+
+async def test_unreachable_postgres_is_store_error_quickly() -> None:
+    port = free_port()  # nobody listens here
+    url = f"postgresql://postgres:hunter2@127.0.0.1:{port}/tickwork"
+    for call in (upgrade, current_revision):
+        started = time.monotonic()
+        with pytest.raises(StoreError) as caught:
+            await call(url)
+        assert time.monotonic() - started < 10
+        message = str(caught.value)
+        assert f"127.0.0.1:{port}" in message
+        assert "hunter2" not in message
+        assert "check" in message
+
+
+async def test_unwritable_sqlite_location_is_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError, match=str(blocker)):
+        await upgrade(f"sqlite:///{blocker}/tickwork.db")
+
+
+# -- ThrowawayPostgres --------------------------------------------------------------------------
+
+
+async def test_throwaway_postgres_keeps_committed_data_through_a_crash(
+    throwaway_pg: ThrowawayPostgres,
+) -> None:
+    dsn = throwaway_pg.dsn()
+    assert await upgrade(dsn) == HEAD
+    conn = await asyncpg.connect(dsn)
+    await conn.execute("CREATE TABLE chaos (note TEXT)")
+    await conn.execute("INSERT INTO chaos VALUES ('committed')")
+    open_tx = conn.transaction()
+    await open_tx.start()
+    await conn.execute("INSERT INTO chaos VALUES ('in flight')")
+
+    throwaway_pg.stop("immediate")
+    with pytest.raises(ConnectionRefusedError):
+        await asyncpg.connect(dsn, timeout=2)
+    conn.terminate()
+
+    throwaway_pg.start()
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert [r["note"] for r in await conn.fetch("SELECT note FROM chaos")] == ["committed"]
+    finally:
+        await conn.close()
+    assert await current_revision(dsn) == HEAD
+
+
+async def test_throwaway_postgres_cleans_up(throwaway_pg: ThrowawayPostgres) -> None:
+    # The fixture proved clusters can start here; now check both ways of ending one.
+    root, dsn = throwaway_pg.root, throwaway_pg.dsn()
+    throwaway_pg.cleanup()
+    assert not root.exists()
+    with pytest.raises(ConnectionRefusedError):
+        await asyncpg.connect(dsn, timeout=2)
+
+    with ThrowawayPostgres() as pg:
+        root, dsn = pg.root, pg.dsn()
+        conn = await asyncpg.connect(dsn)
+        assert await conn.fetchval("SHOW port") == str(pg.port)
+        await conn.close()
+    assert not root.exists()
+    with pytest.raises(ConnectionRefusedError):
+        await asyncpg.connect(dsn, timeout=2)

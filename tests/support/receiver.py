@@ -1,0 +1,83 @@
+"""A real HTTP webhook receiver on 127.0.0.1 that records every delivery it gets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Delivery:
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+    arrived_at: datetime
+    arrived_mono: float
+
+    @property
+    def key(self) -> str:
+        return self.headers["webhook-id"]
+
+    @property
+    def scheduled_for(self) -> datetime:
+        text = self.headers["tickwork-scheduled-for"].replace("Z", "+00:00")
+        return datetime.fromisoformat(text)
+
+
+@dataclass
+class Receiver:
+    """Answers each request with `status_for(path)` (200 by default) and records it."""
+
+    statuses: dict[str, int] = field(default_factory=dict)
+    deliveries: list[Delivery] = field(default_factory=list)
+    port: int = 0
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> Receiver:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        delivery = Delivery(
+            path=request.path,
+            method=request.method,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body,
+            arrived_at=datetime.now(UTC),
+            arrived_mono=time.monotonic(),
+        )
+        async with self._changed:
+            self.deliveries.append(delivery)
+            self._changed.notify_all()
+        return web.Response(status=self.statuses.get(request.path, 200), text="ok")
+
+    def for_path(self, path: str) -> list[Delivery]:
+        return [d for d in self.deliveries if d.path == path]
+
+    async def wait_for(self, path: str, count: int, timeout_s: float = 30.0) -> list[Delivery]:
+        """Wait until `path` got at least `count` deliveries (an event, not a sleep)."""
+        async with asyncio.timeout(timeout_s), self._changed:
+            await self._changed.wait_for(lambda: len(self.for_path(path)) >= count)
+        return self.for_path(path)

@@ -1,0 +1,87 @@
+"""Pure tick planning: on-time fires, misfire policies, completion, sleep computation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tickwork.domain.jobs import AtTrigger, CronTrigger, EveryTrigger, MisfirePolicy, Schedule
+from tickwork.scheduler.planning import plan_claim, sleep_seconds
+from tickwork.store.base import DueJob
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+
+
+def every_second(policy: MisfirePolicy = MisfirePolicy.COALESCE, **kw: object) -> Schedule:
+    return Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0), misfire=policy, **kw)  # type: ignore[arg-type]
+
+
+def due(schedule: Schedule, next_run_at: datetime = T0, fence: int = 3) -> DueJob:
+    return DueJob(job_id="j", fence_token=fence, next_run_at=next_run_at, schedule=schedule)
+
+
+@pytest.mark.parametrize(
+    ("policy", "now", "fire", "coalesced", "new_next"),
+    [
+        # on time, or late within the 1 s grace: fire the due occurrence, advance by one
+        (MisfirePolicy.COALESCE, T0, T0, 0, T0 + S),
+        (MisfirePolicy.COALESCE, T0 + timedelta(milliseconds=999), T0, 0, T0 + S),
+        (MisfirePolicy.SKIP, T0 + S, T0, 0, T0 + S),
+        # 10.5 s late: coalesce fires the latest missed (T0+10) once, counting 10 folded
+        (MisfirePolicy.COALESCE, T0 + 10.5 * S, T0 + 10 * S, 10, T0 + 11 * S),
+        # fire_all fires the oldest and lets the rest come due one by one
+        (MisfirePolicy.FIRE_ALL, T0 + 10.5 * S, T0, 0, T0 + S),
+        # skip fires nothing and resumes after now; all 11 missed are counted
+        (MisfirePolicy.SKIP, T0 + 10.5 * S, None, 11, T0 + 11 * S),
+    ],
+)
+def test_misfire_policies(
+    policy: MisfirePolicy, now: datetime, fire: datetime | None, coalesced: int, new_next: datetime
+) -> None:
+    plan = plan_claim(due(every_second(policy)), now)
+    assert (plan.scheduled_for, plan.coalesced, plan.new_next_run_at) == (fire, coalesced, new_next)
+    assert (plan.job_id, plan.expected_fence, plan.expected_next_run_at) == ("j", 3, T0)
+
+
+def test_claim_ahead_fires_the_future_instant_not_now() -> None:
+    plan = plan_claim(due(every_second(), T0 + S), T0 + timedelta(milliseconds=970))
+    assert (plan.scheduled_for, plan.new_next_run_at) == (T0 + S, T0 + 2 * S)
+
+
+def test_a_one_shot_completes_after_firing_even_when_late() -> None:
+    schedule = Schedule(trigger=AtTrigger(at=T0))
+    for now in (T0, T0 + 3600 * S):
+        plan = plan_claim(due(schedule), now)
+        assert (plan.scheduled_for, plan.new_next_run_at, plan.coalesced) == (T0, None, 0)
+
+
+def test_the_last_occurrence_before_end_at_completes_the_job() -> None:
+    plan = plan_claim(due(every_second(end_at=T0 + 2 * S), T0 + 2 * S), T0 + 2 * S)
+    assert (plan.scheduled_for, plan.new_next_run_at) == (T0 + 2 * S, None)
+
+
+def test_cron_coalesce_after_downtime_fires_the_latest_missed_minute() -> None:
+    schedule = Schedule(trigger=CronTrigger(expr="*/5 * * * *", timezone="Europe/Berlin"))
+    plan = plan_claim(due(schedule), T0 + timedelta(minutes=31))
+    assert plan.scheduled_for == T0 + timedelta(minutes=30)
+    assert plan.coalesced == 6
+    assert plan.new_next_run_at == T0 + timedelta(minutes=35)
+
+
+@pytest.mark.parametrize(
+    ("next_due", "now", "expected"),
+    [
+        (None, T0, 1.0),  # nothing scheduled: the idle ceiling
+        (T0 + 10 * S, T0, 1.0),  # far away: capped at the ceiling
+        (T0 + timedelta(milliseconds=300), T0, 0.25),  # wake 50 ms early to claim ahead
+        (T0 - S, T0, 0.0),  # already due
+    ],
+)
+def test_sleep_until_the_earliest_due_job(
+    next_due: datetime | None, now: datetime, expected: float
+) -> None:
+    assert sleep_seconds(next_due, now, lookahead_ms=50, max_idle_ms=1000) == pytest.approx(
+        expected
+    )
