@@ -421,6 +421,10 @@ async def test_watchers_are_told_about_changes(store: ScheduleStore) -> None:
     await asyncio.wait_for(runs_changed.wait(), 5)
 
 
+async def test_ping_answers_on_an_open_store(store: ScheduleStore) -> None:
+    await store.ping()
+
+
 async def test_stats_count_jobs_by_state_and_pending_runs(store: ScheduleStore) -> None:
     await store.create_job(make_job(1))
     await store.create_job(make_job(2, state=JobState.PAUSED))

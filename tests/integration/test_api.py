@@ -17,7 +17,7 @@ from tickwork.api.app import create_app
 from tickwork.clock import ManualClock
 from tickwork.errors import StoreError
 from tickwork.settings import Settings
-from tickwork.store.base import JobQuery, StoreStats
+from tickwork.store.base import JobQuery
 from tickwork.store.memory import MemoryStore
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
@@ -385,7 +385,7 @@ async def test_healthz(api: Api) -> None:
 
 
 class BrokenStore(MemoryStore):
-    async def stats(self) -> StoreStats:
+    async def ping(self) -> None:
         raise StoreError("database is locked")
 
     async def list_jobs(self, query: JobQuery) -> list[Any]:

@@ -36,6 +36,15 @@ sys.stdin.readline()
 print(asyncio.run(upgrade(sys.argv[1])), flush=True)
 """
 
+GATHERER = """
+import asyncio, sys
+from tickwork.store.migrate import upgrade
+async def main():
+    for revision in await asyncio.gather(*(upgrade(url) for url in sys.argv[1:])):
+        print(revision)
+asyncio.run(main())
+"""
+
 
 # -- schema inspection (independent of the code under test) -------------------------------------
 
@@ -157,11 +166,26 @@ async def test_sqlite_concurrent_upgrades_in_one_process(sqlite_url: str) -> Non
 
 
 async def test_concurrent_upgrades_of_different_databases_in_one_process(tmp_path: Path) -> None:
-    """Alembic keeps its `op`/`context` in module globals: runs in one process must not overlap,
-    or one database's DDL lands on the other's connection."""
+    """Alembic keeps `op`/`context` in module globals: runs in one process must not overlap, or
+    one database's DDL lands on another's connection. Run in a child with a hard deadline: when
+    this breaks it can hang rather than fail."""
     urls = [f"sqlite:///{tmp_path}/db{i}.db" for i in range(4)]
-    results = await asyncio.wait_for(asyncio.gather(*(upgrade(url) for url in urls)), 60)
-    assert results == [HEAD] * 4
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        GATHERER,
+        *urls,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        pytest.fail("concurrent upgrades of different databases hung")
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().split() == [HEAD] * 4
     for url in urls:
         assert sqlite_versions(url) == [HEAD]
         assert sqlite_schema(url).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES

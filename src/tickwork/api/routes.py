@@ -157,7 +157,7 @@ async def preview(
 async def healthz(ctx: Ctx) -> Response | Health:
     """200 once the store answers a cheap query; 503 otherwise."""
     try:
-        await ctx.store.stats()
+        await ctx.store.ping()
     except Exception as exc:
         log.warning("health check failed: %s", exc, extra={"action": "api.health_failed"})
         return error_response(503, "store_unavailable", f"the schedule store failed: {exc}")

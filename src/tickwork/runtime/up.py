@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from tickwork.clock import Clock, SystemClock
+from tickwork.errors import InvalidInput
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
@@ -36,20 +38,47 @@ def run_up(settings: Settings) -> None:
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
+    # Migration chatter is not news at `info`; failures still surface as errors.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     asyncio.run(serve(settings))
 
 
 async def serve(settings: Settings, *, clock: Clock | None = None) -> None:
     clock = clock or SystemClock()
     store = store_for_url(settings.database_url)
-    await store.open()
+    sock = bind_socket(settings.host, settings.port)  # fail fast, before touching the store
     try:
-        await _serve_with(store, clock, settings)
+        await store.open()
+        try:
+            await _serve_with(store, clock, settings, sock)
+        finally:
+            await store.close()
     finally:
-        await store.close()
+        sock.close()
 
 
-async def _serve_with(store: ScheduleStore, clock: Clock, settings: Settings) -> None:
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen, so the address printed is the real one (port 0 picks a free port) and
+    connections queue in the backlog from the moment it is printed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidInput(
+                "port", f"{host}:{port} is already in use; pick another port with --port"
+            ) from None
+        raise InvalidInput("host", f"cannot listen on {host}:{port} ({exc.strerror})") from None
+    return sock
+
+
+async def _serve_with(
+    store: ScheduleStore, clock: Clock, settings: Settings, sock: socket.socket
+) -> None:
     from tickwork.api.app import create_app
 
     node_id = settings.node_id or default_node_id()
@@ -92,7 +121,8 @@ async def _serve_with(store: ScheduleStore, clock: Clock, settings: Settings) ->
             asyncio.create_task(executor.run(stop), name="executor"),
         ]
         try:
-            await _serve_http(server, settings)
+            _announce(settings, sock)
+            await server.serve(sockets=[sock])
         finally:
             stop.set()
             await asyncio.gather(*workers, return_exceptions=True)
@@ -122,21 +152,13 @@ class _QuietServer(uvicorn.Server):
         self.should_exit = True
 
 
-async def _serve_http(server: uvicorn.Server, settings: Settings) -> None:
-    # Bind first, so the address printed is the real one (port 0 picks a free port) and is
-    # accepting connections (in the backlog) by the time anyone reads it.
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
-    sock.listen(2048)
+def _announce(settings: Settings, sock: socket.socket) -> None:
     port = sock.getsockname()[1]
     print(
         f"tickwork listening on http://{settings.host}:{port} "
         f"(store: {_describe(settings.database_url)}; API docs at /docs)",
         flush=True,
     )
-    await server.serve(sockets=[sock])
 
 
 def _describe(url: str) -> str:

@@ -79,6 +79,10 @@ class ScheduleStore(Protocol):
 
     async def close(self) -> None: ...
 
+    async def ping(self) -> None:
+        """The cheapest round trip that proves the store answers (health checks)."""
+        ...
+
     # -- jobs -------------------------------------------------------------------------------
     async def create_job(self, job: Job) -> Job: ...
 

@@ -32,6 +32,9 @@ class MemoryStore:
     async def close(self) -> None:
         return None
 
+    async def ping(self) -> None:
+        return None
+
     def watch(self, topic: Topic) -> asyncio.Event:
         return self._watchers.watch(topic)
 

@@ -19,13 +19,21 @@ runs `tickwork db upgrade`, so concurrent upgrades are safe on both dialects:
   upgrader waits in SQLite's busy handler (up to SQLITE_BUSY_TIMEOUT_S) and then, holding the
   lock, reads the version the first one committed.
 
+Within one process, runs are serialized as well: Alembic keeps `op` and `context` in module
+globals, so two overlapping runs (two tasks, even on different databases) would send one run's
+DDL down the other's connection and hang or corrupt both.
+
 Driver and connection errors leave this module as `StoreError` naming the URL (password hidden)
 and what to check; a URL of an unknown form is `InvalidInput(field="database_url")`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -62,6 +70,9 @@ MIGRATE_LOCK_KEY = int.from_bytes(
 )
 SQLITE_BUSY_TIMEOUT_S = 60.0
 PG_CONNECT_TIMEOUT_S = 10.0
+
+# See the module docstring: one Alembic run at a time per process, whatever the event loop.
+_ALEMBIC_RUN = threading.Lock()
 
 ACCEPTED_FORMS = (
     "use sqlite:///PATH (for example sqlite:///./.tickwork/tickwork.db) "
@@ -142,7 +153,7 @@ async def upgrade(url: str, revision: str = "head") -> str:
             ) from exc
     engine = _engine(target, exclusive=True)
     try:
-        async with engine.connect() as conn:
+        async with _alembic_turn(), engine.connect() as conn:
             return await conn.run_sync(_upgrade_locked, config, target, revision)
     except TickworkError:
         raise
@@ -170,6 +181,18 @@ async def current_revision(url: str) -> str | None:
         raise _store_error(target, "reading the schema revision of", exc) from exc
     finally:
         await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def _alembic_turn() -> AsyncIterator[None]:
+    # Polling keeps the event loop free and is cancellation-safe; contention within one
+    # process is rare (tests, or a supervisor starting several services at once).
+    while not _ALEMBIC_RUN.acquire(blocking=False):
+        await asyncio.sleep(0.01)
+    try:
+        yield
+    finally:
+        _ALEMBIC_RUN.release()
 
 
 def _check_revision(config: Config, revision: str) -> None:
@@ -274,8 +297,8 @@ def _hint(target: _Target, cause: BaseException) -> str:
         message = str(cause)
         if "locked" in message or "busy" in message:
             return (
-                f"another process held the database lock for over {SQLITE_BUSY_TIMEOUT_S:.0f} s; "
-                "retry when it is done"
+                "another connection kept the database locked (this one waits up to "
+                f"{SQLITE_BUSY_TIMEOUT_S:.0f} s); retry when it is done"
             )
         if "unable to open" in message or "readonly" in message:
             return "check that the file's directory exists and is writable"

@@ -24,9 +24,10 @@ from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.errors import NotFound, StaleJob, StoreError
-from tickwork.store.base import ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
+from tickwork.store.base import ClaimPlan, Topic, Watchers
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql
+from tickwork.store.sql.reads import SqlReads
 
 log = logging.getLogger("tickwork.store.postgres")
 
@@ -98,7 +99,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
-class PostgresStore:
+class PostgresStore(SqlReads):
     def __init__(self, url: str, *, migrate: bool = True, pool_size: int = 10) -> None:
         self.url = url
         self._dsn = asyncpg_dsn(url)
@@ -146,7 +147,7 @@ class PostgresStore:
             raise StoreError("PostgresStore used before open()")
         return self._pool
 
-    async def _fetch(self, statement: str, params: dict[str, Any]) -> list[asyncpg.Record]:
+    async def _query(self, statement: str, params: dict[str, Any]) -> list[asyncpg.Record]:
         text, names = sql.to_numbered(statement)
         try:
             return list(await self.pool.fetch(text, *(params[n] for n in names)))
@@ -172,22 +173,6 @@ class PostgresStore:
         await self._write_notify(sql.INSERT_JOB, rows.job_params(job), "jobs")
         return job
 
-    async def get_job(self, job_id: str) -> Job:
-        found = await self._fetch(sql.GET_JOB, {"id": job_id})
-        if not found:
-            raise NotFound("job", job_id)
-        return rows.job_from_row(found[0])
-
-    async def list_jobs(self, query: JobQuery) -> list[Job]:
-        params = {
-            "state": query.state.value if query.state else None,
-            "tenant": query.tenant,
-            "name_prefix": query.name_prefix,
-            "after_id": query.after_id,
-            "limit": query.limit,
-        }
-        return [rows.job_from_row(r) for r in await self._fetch(sql.LIST_JOBS, params)]
-
     async def update_job(self, job: Job) -> Job:
         found = await self._write_notify(
             sql.UPDATE_JOB + f" RETURNING {rows.JOB_COLUMNS}", rows.job_params(job), "jobs"
@@ -203,14 +188,6 @@ class PostgresStore:
             raise NotFound("job", job_id)
 
     # -- fire path --------------------------------------------------------------------------
-    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
-        found = await self._fetch(sql.DUE_JOBS, {"until": to_us(until), "limit": limit})
-        return [rows.due_from_row(r) for r in found]
-
-    async def next_due_at(self) -> datetime | None:
-        found = await self._fetch(sql.NEXT_DUE, {})
-        return rows.dt_or_none(found[0]["next_us"])
-
     async def claim(
         self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
     ) -> list[Fire]:
@@ -227,7 +204,7 @@ class PostgresStore:
         key = occurrence_key(job_id, now, RunOrigin.MANUAL)
         params = {"job_id": job_id, "key": key, "now": to_us(now)}
         await self._write_notify(sql.INSERT_MANUAL_RUN, params, "runs")
-        found = await self._fetch(sql.GET_RUN_BY_KEY, params)
+        found = await self._query(sql.GET_RUN_BY_KEY, params)
         if not found:
             raise NotFound("job", job_id)
         return rows.run_from_row(found[0])
@@ -273,24 +250,6 @@ class PostgresStore:
         except (OSError, asyncpg.PostgresError) as exc:
             raise StoreError(f"PostgreSQL error while recording runs: {exc}") from exc
         return int(status.split()[-1])
-
-    # -- history ----------------------------------------------------------------------------
-    async def list_runs(
-        self, job_id: str, *, limit: int = 50, before_id: int | None = None
-    ) -> list[Run]:
-        found = await self._fetch(
-            sql.LIST_RUNS, {"job_id": job_id, "limit": limit, "before_id": before_id}
-        )
-        if not found:
-            await self.get_job(job_id)
-        return [rows.run_from_row(r) for r in found]
-
-    async def stats(self) -> StoreStats:
-        states = await self._fetch(sql.JOB_STATE_COUNTS, {})
-        pending = await self._fetch(sql.PENDING_RUNS, {})
-        return StoreStats(
-            jobs_by_state={r["state"]: r["n"] for r in states}, runs_pending=pending[0]["n"]
-        )
 
 
 def _plan_columns(plans: Sequence[ClaimPlan]) -> tuple[list[Any], ...]:

@@ -25,9 +25,10 @@ from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.errors import NotFound, StaleJob, StoreError
-from tickwork.store.base import ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
+from tickwork.store.base import ClaimPlan, Topic, Watchers
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql
+from tickwork.store.sql.reads import SqlReads
 
 T = TypeVar("T")
 
@@ -123,7 +124,7 @@ def _immediate(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) 
     return result
 
 
-class SqliteStore:
+class SqliteStore(SqlReads):
     def __init__(self, path: str | Path, *, migrate: bool = True) -> None:
         self.path = Path(path)
         self._migrate = migrate
@@ -150,7 +151,7 @@ class SqliteStore:
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._writer.run(lambda conn: _immediate(conn, fn))
 
-    async def _read(self, statement: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+    async def _query(self, statement: str, params: dict[str, Any]) -> list[sqlite3.Row]:
         return await self._reader.run(lambda conn: conn.execute(statement, params).fetchall())
 
     # -- jobs -------------------------------------------------------------------------------
@@ -158,22 +159,6 @@ class SqliteStore:
         await self._write(lambda conn: conn.execute(sql.INSERT_JOB, rows.job_params(job)))
         self._watchers.notify("jobs")
         return job
-
-    async def get_job(self, job_id: str) -> Job:
-        found = await self._read(sql.GET_JOB, {"id": job_id})
-        if not found:
-            raise NotFound("job", job_id)
-        return rows.job_from_row(found[0])
-
-    async def list_jobs(self, query: JobQuery) -> list[Job]:
-        params = {
-            "state": query.state.value if query.state else None,
-            "tenant": query.tenant,
-            "name_prefix": query.name_prefix,
-            "after_id": query.after_id,
-            "limit": query.limit,
-        }
-        return [rows.job_from_row(r) for r in await self._read(sql.LIST_JOBS, params)]
 
     async def update_job(self, job: Job) -> Job:
         def update(conn: sqlite3.Connection) -> tuple[int, sqlite3.Row | None]:
@@ -198,14 +183,6 @@ class SqliteStore:
         self._watchers.notify("jobs")
 
     # -- fire path --------------------------------------------------------------------------
-    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
-        found = await self._read(sql.DUE_JOBS, {"until": to_us(until), "limit": limit})
-        return [rows.due_from_row(r) for r in found]
-
-    async def next_due_at(self) -> datetime | None:
-        found = await self._read(sql.NEXT_DUE, {})
-        return rows.dt_or_none(found[0]["next_us"])
-
     async def claim(
         self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
     ) -> list[Fire]:
@@ -258,24 +235,6 @@ class SqliteStore:
         params = [_outcome_params(o) for o in outcomes]
         return await self._write(
             lambda conn: sum(conn.execute(FINISH_RUN, p).rowcount for p in params)
-        )
-
-    # -- history ----------------------------------------------------------------------------
-    async def list_runs(
-        self, job_id: str, *, limit: int = 50, before_id: int | None = None
-    ) -> list[Run]:
-        found = await self._read(
-            sql.LIST_RUNS, {"job_id": job_id, "limit": limit, "before_id": before_id}
-        )
-        if not found:
-            await self.get_job(job_id)  # NotFound for a missing job, [] for a quiet one
-        return [rows.run_from_row(r) for r in found]
-
-    async def stats(self) -> StoreStats:
-        states = await self._read(sql.JOB_STATE_COUNTS, {})
-        pending = await self._read(sql.PENDING_RUNS, {})
-        return StoreStats(
-            jobs_by_state={r["state"]: r["n"] for r in states}, runs_pending=pending[0]["n"]
         )
 
 

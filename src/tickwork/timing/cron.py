@@ -323,7 +323,7 @@ def _parse_cached(expr: str, timezone: str) -> CronExpression:
         zone=zone,
     )
     if cron.next_matching_wall(_VALIDATION_ORIGIN) is None:
-        raise InvalidInput(CRON_FIELD, _never_fires_message(expr, six), code="cron_never_fires")
+        raise InvalidInput(CRON_FIELD, _never_fires_message(expr, six), code="never_fires")
     return cron
 
 

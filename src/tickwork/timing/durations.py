@@ -31,7 +31,8 @@ def parse_duration_ms(value: str | int | float, field: str = "schedule.every") -
     result is rounded to the nearest millisecond (halves up) and must be 1 ms .. 366 days.
     """
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise InvalidInput(field, f"an interval must be a string or a number, {_EXAMPLES}")
+        message = f"an interval must be a string or a number, {_EXAMPLES}"
+        raise InvalidInput(field, message, code="invalid_duration")
     seconds = _seconds_from_text(value, field) if isinstance(value, str) else _seconds(value, field)
     ms = int((seconds * 1000).to_integral_value(rounding=ROUND_HALF_UP))
     if ms < MIN_INTERVAL_MS:
@@ -71,7 +72,8 @@ def format_duration_ms(ms: int) -> str:
 
 def _seconds(value: int | float, field: str) -> Decimal:
     if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidInput(field, f"interval {value!r} is not a finite number; {_EXAMPLES}")
+        message = f"interval {value!r} is not a finite number; {_EXAMPLES}"
+        raise InvalidInput(field, message, code="invalid_duration")
     if value <= 0:
         raise InvalidInput(
             field, f"interval {value!r} must be positive; {_EXAMPLES}", code="interval_too_short"
@@ -83,10 +85,12 @@ def _seconds(value: int | float, field: str) -> Decimal:
 def _seconds_from_text(value: str, field: str) -> Decimal:
     text = value.strip().upper()
     if len(text) > _MAX_TEXT:
-        raise InvalidInput(field, f"interval text is too long; {_EXAMPLES}")
+        raise InvalidInput(
+            field, f"interval text is too long; {_EXAMPLES}", code="invalid_duration"
+        )
     match = _ISO_DURATION.fullmatch(text)
     if match is None or text in ("P", "PT"):
-        raise InvalidInput(field, _explain_bad_text(value, text))
+        raise InvalidInput(field, _explain_bad_text(value, text), code="invalid_duration")
     total = Decimal(0)
     for unit, amount in match.groupdict().items():
         if amount is not None:

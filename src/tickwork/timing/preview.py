@@ -24,7 +24,8 @@ _MAX_SCANNED = 100  # skipped wall times counted in a note (per-second expressio
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PreviewEntry:
     utc: datetime  # the fire instant
-    local: datetime  # the same instant in the expression's zone
+    local: datetime  # the same instant in the expression's zone; for display only (by PEP 495
+    # an ambiguous local time never compares equal to an instant in another zone: compare .utc)
     note: str | None  # what a DST change did to this occurrence, if anything
 
 
@@ -76,7 +77,7 @@ def _moved_note(
     verb = "does" if len(moved) == 1 else "do"
     note = (
         f"{times} {verb} not exist on {gap_start.date().isoformat()} in {cron.timezone} "
-        f"(clocks jump {_hm(gap_start)}->{_hm(gap_end)}); fires "
+        f"({_change('jump', gap_start, gap_end)}); fires "
         f"{'' if len(moved) == 1 else 'once '}at {_hm(local)} {local.tzname()} instead"
     )
     if cron.next_matching_wall(gap_end - _ONE_US) == gap_end:
@@ -104,8 +105,9 @@ def _skipped_note(cron: CronExpression, gap_start: datetime, gap_end: datetime) 
     last = gap_end - timedelta(minutes=1)
     return (
         f"{_hm(gap_start)}-{_hm(last)} does not exist on {gap_start.date().isoformat()} in "
-        f"{cron.timezone} (clocks jump {_hm(gap_start)}->{_hm(gap_end)}); {_list_walls(skipped)} "
-        "in that stretch do not fire, because this expression follows elapsed time"
+        f"{cron.timezone} ({_change('jump', gap_start, gap_end)}); {_list_walls(skipped)} "
+        f"in that stretch {'does' if len(skipped) == 1 else 'do'} not fire, because this "
+        "expression follows elapsed time"
     )
 
 
@@ -147,7 +149,7 @@ def _fall_back_phrase(zone: tzinfo, local: datetime) -> str:
     change = bisect_offset_change(zone, first, second)
     naive = change.replace(tzinfo=None)
     before, after = _offset(zone, first), _offset(zone, change)
-    return f"clocks go back {_hm(naive + before)}->{_hm(naive + after)}"
+    return _change("go back", naive + before, naive + after)
 
 
 def _matching_walls(cron: CronExpression, start: datetime, end: datetime) -> list[datetime]:
@@ -168,6 +170,14 @@ def _offset(zone: tzinfo, instant: datetime) -> timedelta:
 
 def _hm(wall: datetime) -> str:
     return wall.strftime("%H:%M:%S" if wall.second else "%H:%M")
+
+
+def _change(verb: str, old_wall: datetime, new_wall: datetime) -> str:
+    """'clocks jump 02:00->03:00'; with dates when the change crosses midnight."""
+    if old_wall.date() == new_wall.date():
+        return f"clocks {verb} {_hm(old_wall)}->{_hm(new_wall)}"
+    old, new = old_wall.date().isoformat(), new_wall.date().isoformat()
+    return f"clocks {verb} {old} {_hm(old_wall)}->{new} {_hm(new_wall)}"
 
 
 def _list_walls(walls: list[datetime]) -> str:

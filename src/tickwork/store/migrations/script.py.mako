@@ -1,4 +1,8 @@
-"""${message}
+<%!
+def q(value):
+    # Revision ids are plain words: render them with the double quotes ruff format wants.
+    return repr(value).replace("'", '"')
+%>"""${message}
 
 Instants are BIGINT microseconds since the Unix epoch in both dialects (ADR 0003). The script runs
 inside one transaction under the migration lock (see tickwork/store/migrate.py); on SQLite,
@@ -11,13 +15,13 @@ Create Date: ${create_date}
 
 from __future__ import annotations
 
-import sqlalchemy as sa
-from alembic import op
+import sqlalchemy as sa  # noqa: F401
+from alembic import op  # noqa: F401
 ${imports if imports else ""}
-revision = ${repr(up_revision)}
-down_revision = ${repr(down_revision)}
-branch_labels = ${repr(branch_labels)}
-depends_on = ${repr(depends_on)}
+revision = ${q(up_revision)}
+down_revision = ${q(down_revision)}
+branch_labels = ${q(branch_labels)}
+depends_on = ${q(depends_on)}
 
 
 def upgrade() -> None:

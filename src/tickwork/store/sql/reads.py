@@ -1,0 +1,65 @@
+"""The read side of the SQL stores, written once: each store supplies `_query`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tickwork.clock import to_us
+from tickwork.domain.jobs import Job
+from tickwork.domain.runs import Run
+from tickwork.errors import NotFound
+from tickwork.store.base import DueJob, JobQuery, StoreStats
+from tickwork.store.sql import rows
+from tickwork.store.sql import statements as sql
+
+
+class SqlReads:
+    async def _query(self, statement: str, params: dict[str, Any]) -> Sequence[rows.Row]:
+        """Run one read-only statement with :named parameters."""
+        raise NotImplementedError
+
+    async def ping(self) -> None:
+        await self._query("SELECT 1", {})
+
+    async def get_job(self, job_id: str) -> Job:
+        found = await self._query(sql.GET_JOB, {"id": job_id})
+        if not found:
+            raise NotFound("job", job_id)
+        return rows.job_from_row(found[0])
+
+    async def list_jobs(self, query: JobQuery) -> list[Job]:
+        params = {
+            "state": query.state.value if query.state else None,
+            "tenant": query.tenant,
+            "name_prefix": query.name_prefix,
+            "after_id": query.after_id,
+            "limit": query.limit,
+        }
+        return [rows.job_from_row(r) for r in await self._query(sql.LIST_JOBS, params)]
+
+    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
+        found = await self._query(sql.DUE_JOBS, {"until": to_us(until), "limit": limit})
+        return [rows.due_from_row(r) for r in found]
+
+    async def next_due_at(self) -> datetime | None:
+        found = await self._query(sql.NEXT_DUE, {})
+        return rows.dt_or_none(found[0]["next_us"])
+
+    async def list_runs(
+        self, job_id: str, *, limit: int = 50, before_id: int | None = None
+    ) -> list[Run]:
+        found = await self._query(
+            sql.LIST_RUNS, {"job_id": job_id, "limit": limit, "before_id": before_id}
+        )
+        if not found:
+            await self.get_job(job_id)  # NotFound for a missing job, [] for a quiet one
+        return [rows.run_from_row(r) for r in found]
+
+    async def stats(self) -> StoreStats:
+        states = await self._query(sql.JOB_STATE_COUNTS, {})
+        pending = await self._query(sql.PENDING_RUNS, {})
+        return StoreStats(
+            jobs_by_state={r["state"]: r["n"] for r in states}, runs_pending=pending[0]["n"]
+        )
