@@ -185,9 +185,10 @@ async def current_revision(url: str) -> str | None:
 
 @contextlib.asynccontextmanager
 async def _alembic_turn() -> AsyncIterator[None]:
-    # Polling keeps the event loop free and is cancellation-safe; contention within one
-    # process is rare (tests, or a supervisor starting several services at once).
-    while not _ALEMBIC_RUN.acquire(blocking=False):
+    # A threading.Lock, polled: Alembic's globals are shared by every thread and event loop
+    # (an asyncio primitive is bound to one loop), polling never blocks the loop and is
+    # cancellation-safe, and contention within one process is rare.
+    while not _ALEMBIC_RUN.acquire(blocking=False):  # noqa: ASYNC110
         await asyncio.sleep(0.01)
     try:
         yield
