@@ -6,6 +6,7 @@ and with the headers that identify it; two processes sharing one store must not 
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -50,7 +51,7 @@ def assert_once_each_on_time(deliveries: list[Delivery], step: timedelta) -> Non
     for d in deliveries:
         assert d.arrived_at >= d.scheduled_for, f"early: {d.scheduled_for} arrived {d.arrived_at}"
     instants = sorted(d.scheduled_for for d in deliveries)
-    gaps = {b - a for a, b in zip(instants, instants[1:], strict=False)}
+    gaps = {b - a for a, b in itertools.pairwise(instants)}
     assert gaps <= {step}, f"an occurrence is missing: gaps {sorted(gaps)}"
 
 

@@ -82,7 +82,8 @@ async def test_fires_wait_for_their_instant_and_outcomes_are_recorded(
     assert hit.body == b"[1, 2]"
     [run] = await store.list_runs(ok.id)
     assert (run.status, run.http_status) == (RunStatus.SUCCEEDED, 200)
-    assert run.started_at is not None and run.started_at >= at
+    assert run.started_at is not None
+    assert run.started_at >= at
     [run] = await store.list_runs(bad.id)
     assert (run.status, run.http_status, run.error) == (RunStatus.FAILED, 503, "HTTP 503")
 
@@ -98,7 +99,8 @@ async def test_unreachable_targets_fail_with_an_error_message(store: SqliteStore
     [run] = await store.list_runs(job.id)
     assert run.status is RunStatus.FAILED
     assert run.http_status is None
-    assert run.error and "Connect" in run.error
+    assert run.error
+    assert "Connect" in run.error
 
 
 async def test_an_orphaned_fire_is_recovered_and_run_once(

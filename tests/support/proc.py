@@ -45,7 +45,8 @@ class UpProcess:
         return self
 
     async def _stderr(self) -> str:
-        assert self.proc is not None and self.proc.stderr is not None
+        assert self.proc is not None
+        assert self.proc.stderr is not None
         return (await self.proc.stderr.read()).decode()[-4000:]
 
     async def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:

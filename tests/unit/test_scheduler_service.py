@@ -60,7 +60,7 @@ async def test_run_once_claims_only_what_is_due_and_dispatches_it() -> None:
 async def test_nothing_fires_before_its_instant_minus_the_claim_ahead() -> None:
     store = MemoryStore()
     await store.create_job(job(1, Schedule(trigger=AtTrigger(at=T0 + S)), T0 + S))
-    service, sink = await scheduler(store, lookahead_ms=50)
+    service, _sink = await scheduler(store, lookahead_ms=50)
     assert (await service.run_once(T0 + timedelta(milliseconds=940))).fires == []
     result = await service.run_once(T0 + timedelta(milliseconds=960))
     assert [f.scheduled_for for f in result.fires] == [T0 + S]  # claimed ahead, for its instant
