@@ -30,6 +30,7 @@ DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 DOC = machine.REPO / "docs" / "benchmarks.md"
 QUICK_DOC = results.RESULTS_DIR / "benchmarks-quick.md"
 STORES = ("sqlite", "postgresql")
+COMMAND = "uv run python -m bench" + "".join(f" {a}" for a in sys.argv[1:])
 VARIANTS = ("spread", "aligned")
 
 
@@ -44,11 +45,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN, help="admin DSN (default: %(default)s)")
     parser.add_argument("--profile", action="store_true", help="profile one tickwork claim pass")
     parser.add_argument("--doc", type=Path, help="where to write the report")
+    parser.add_argument(
+        "--render", action="store_true", help="only re-render the report from bench/results/"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
+    if args.render:
+        render_only(args)
+        return
     try:
         asyncio.run(run(args))
     except KeyboardInterrupt:
@@ -66,7 +73,8 @@ async def run(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory(prefix="tw-bench-") as tmp:
             env = Env(run_id=run_id, quick=args.quick, tmp=Path(tmp), admin=admin,
                       attribution=await _attribution(admin))  # fmt: skip
-            meta = {"run_id": run_id, "date": date, "quick": args.quick, "facts": facts}
+            meta = {"run_id": run_id, "date": date, "quick": args.quick, "facts": facts,
+                    "command": COMMAND}  # fmt: skip
             if args.only in (None, "lateness"):
                 sections["lateness"] = await _lateness(env) | meta
                 results.append("lateness", {"kind": "section", **sections["lateness"]})
@@ -121,6 +129,26 @@ def _case_line(case: dict[str, Any]) -> str:
     )
 
 
+def render_only(args: argparse.Namespace) -> None:
+    """Rewrite the report from the latest recorded sections, measuring nothing."""
+    sections = {n: results.last(n, quick=args.quick) for n in ("lateness", "claim")}
+    found = [s for s in sections.values() if s]
+    if not found:
+        sys.exit("no recorded results in bench/results/: run the benchmark first")
+    latest = max(found, key=lambda s: s["date"])
+    doc = args.doc or (QUICK_DOC if args.quick else DOC)
+    data = {
+        "command": latest.get("command", COMMAND),
+        "date": latest["date"],
+        "duration_s": latest.get("duration_s"),
+        "run_id": latest["run_id"],
+        "quick": args.quick,
+        "facts": latest["facts"],
+        **sections,
+    }
+    _write(doc, data)
+
+
 def write_report(
     args: argparse.Namespace, sections: dict[str, Any], facts: dict[str, Any], date: str,
     run_id: str, duration_s: float, doc: Path,
@@ -128,10 +156,14 @@ def write_report(
     for name in ("lateness", "claim"):
         if name not in sections:  # --only: keep the latest figures of the other section
             sections[name] = results.last(name, quick=args.quick)
-    command = "uv run python -m bench" + "".join(f" {a}" for a in sys.argv[1:])
-    data = {"command": command, "date": date, "run_id": run_id, "quick": args.quick,
+    data = {"command": COMMAND, "date": date, "run_id": run_id, "quick": args.quick,
             "duration_s": duration_s, "facts": facts, **sections}  # fmt: skip
+    _write(doc, data)
+
+
+def _write(doc: Path, data: dict[str, Any]) -> None:
     doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(report.render(data), encoding="utf-8")
+    kept = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    doc.write_text(report.render(data, kept), encoding="utf-8")
     print(f"\nwrote {doc}")
-    print("\n".join(line for line in report._targets(data) if line.startswith("| ")))
+    print("\n".join(line for line in report.targets(data) if line.startswith("| ")))

@@ -110,7 +110,7 @@ async def _with_tickwork(
         [sys.executable, "-m", "tickwork", "up", "--db", url, "--port", str(port)],
         ready="listening",
         log_path=env.tmp / f"tickwork-{tag}.log",
-        env={"TICKWORK_LOG_LEVEL": "warning"},
+        env={"TICKWORK_LOG_LEVEL": "warning", "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32"},
     )
     env.attribution.named[up.pid] = "tickwork"
     try:

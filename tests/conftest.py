@@ -10,6 +10,10 @@ Fixtures:
     pg_dsn              a fresh, empty database on it per test (dropped at teardown)
     sqlite_url          sqlite:///<tmp_path>/tickwork.db
     throwaway_pg        a private PostgreSQL cluster per test (tickwork.testing.ThrowawayPostgres)
+    throwaway_nats      a private nats-server -js for the session (tickwork.testing.ThrowawayNats)
+    throwaway_redis     a private redis-server for the session (tickwork.testing.ThrowawayRedis)
+    restartable_nats    the same, but per test: for tests that stop, kill or restart the server
+    restartable_redis
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from tickwork.testing import ServiceUnavailable, ThrowawayPostgres
+from tickwork.testing import ServiceUnavailable, ThrowawayNats, ThrowawayPostgres, ThrowawayRedis
 
 DEFAULT_PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REACHABILITY_TIMEOUT_S = 2.0
@@ -168,3 +172,74 @@ def throwaway_pg() -> Iterator[ThrowawayPostgres]:
         yield pg
     finally:
         pg.cleanup()
+
+
+# -- private NATS and Redis servers (never the machine's shared 4222 / 6379) --------------------
+
+
+def start_throwaway_nats() -> ThrowawayNats:
+    """A started ThrowawayNats, or skip/fail (TICKWORK_TEST_REQUIRE=nats) with the reason."""
+    try:
+        server = ThrowawayNats()
+    except ServiceUnavailable as exc:
+        unavailable("nats", str(exc).splitlines()[0])
+    try:
+        server.start()
+    except ServiceUnavailable as exc:
+        server.cleanup()
+        unavailable("nats", f"throwaway nats-server did not start: {exc}".splitlines()[0])
+    return server
+
+
+def start_throwaway_redis() -> ThrowawayRedis:
+    """A started ThrowawayRedis, or skip/fail (TICKWORK_TEST_REQUIRE=redis) with the reason."""
+    try:
+        server = ThrowawayRedis()
+    except ServiceUnavailable as exc:
+        unavailable("redis", str(exc).splitlines()[0])
+    try:
+        server.start()
+    except ServiceUnavailable as exc:
+        server.cleanup()
+        unavailable("redis", f"throwaway redis-server did not start: {exc}".splitlines()[0])
+    return server
+
+
+@pytest.fixture(scope="session")
+def throwaway_nats() -> Iterator[ThrowawayNats]:
+    """One private nats-server -js for the session; tests isolate by unique stream names."""
+    server = start_throwaway_nats()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def throwaway_redis() -> Iterator[ThrowawayRedis]:
+    """One private redis-server for the session; tests isolate by unique key names."""
+    server = start_throwaway_redis()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def restartable_nats() -> Iterator[ThrowawayNats]:
+    """A private nats-server for one test that stops, kills or restarts it."""
+    server = start_throwaway_nats()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def restartable_redis() -> Iterator[ThrowawayRedis]:
+    """A private redis-server for one test that stops, kills or restarts it."""
+    server = start_throwaway_redis()
+    try:
+        yield server
+    finally:
+        server.cleanup()

@@ -5,11 +5,14 @@ Command-line flags override both (the CLI passes them as init arguments).
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -35,8 +38,45 @@ class Settings(BaseSettings):
     lease_ttl_ms: int = Field(60_000, ge=1000)
     # executor
     executor_concurrency: int = Field(256, ge=1)
+    # Comma-separated in the environment: TICKWORK_WEBHOOK_ALLOW=127.0.0.1/32,10.1.0.0/16
+    webhook_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="networks webhooks may reach despite the SSRF guard, e.g. 127.0.0.1/32",
+    )
+    webhook_secrets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="whsec_... signing secrets (two during a rotation); empty: unsigned",
+    )
     max_body_bytes: int = Field(256 * 1024, ge=1024)
     log_level: str = "info"
+
+    @field_validator("webhook_allow", "webhook_secrets", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("webhook_allow")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for text in value:
+            try:
+                ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{text!r} is not an IP network; write e.g. 127.0.0.1/32"
+                ) from None
+        return value
+
+    @field_validator("webhook_secrets")
+    @classmethod
+    def _secrets(cls, value: list[str]) -> list[str]:
+        from tickwork.webhooks import parse_secret
+
+        for text in value:
+            parse_secret(text)  # its ValueError says what is wrong with the secret
+        return value
 
     @classmethod
     def settings_customise_sources(

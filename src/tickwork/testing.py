@@ -22,12 +22,20 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
 
-__all__ = ["ServiceUnavailable", "ThrowawayPostgres", "free_port", "pg_bindir"]
+__all__ = [
+    "ServiceUnavailable",
+    "ThrowawayNats",
+    "ThrowawayPostgres",
+    "ThrowawayRedis",
+    "free_port",
+    "pg_bindir",
+]
 
 StopMode = Literal["smart", "fast", "immediate"]
 
@@ -248,3 +256,249 @@ class ThrowawayPostgres:
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"
         return f"ThrowawayPostgres(port={self.port}, root={self._root}, {state})"
+
+
+# -- throwaway NATS and Redis servers -----------------------------------------------------------
+
+
+class _ThrowawayServer:
+    """A server process of our own on a free 127.0.0.1 port, with its files in a temp dir.
+
+    `stop()` ends it (SIGTERM, or SIGKILL with `kill=True`: a crash), `start()` brings it back
+    on the same port with the same directory, `cleanup()` stops it and deletes the directory
+    (also at interpreter exit if a test forgot). Readiness is a real protocol round trip, not a
+    fixed sleep.
+    """
+
+    binary_name = ""
+    default_binary = ""
+    prefix = "tw-server-"
+
+    def __init__(
+        self, *, port: int | None = None, binary: str | None = None, start_timeout_s: float = 20
+    ) -> None:
+        found = binary or shutil.which(self.binary_name) or self.default_binary
+        if not found or not os.access(found, os.X_OK):
+            raise ServiceUnavailable(f"no {self.binary_name} binary (looked on PATH)")
+        self.binary = found
+        self.port = port if port is not None else free_port()
+        self._port_fixed = port is not None
+        self._started_once = False
+        self.start_timeout_s = start_timeout_s
+        self._root: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix=self.prefix))
+            atexit.register(self.cleanup)
+        return self._root
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def _ready(self, sock: socket.socket) -> bool:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start the server and wait until it answers; the first start may move port if taken."""
+        if self.running:
+            return
+        for attempt in range(3):
+            try:
+                self._start_once()
+            except ServiceUnavailable:
+                if self._port_fixed or self._started_once or attempt == 2:
+                    raise
+                self.port = free_port()
+            else:
+                self._started_once = True
+                return
+
+    def _start_once(self) -> None:
+        with self.log_file.open("ab") as log:
+            try:
+                self._process = subprocess.Popen(
+                    self.argv(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=self.root,
+                )
+            except OSError as exc:
+                raise ServiceUnavailable(f"{self.binary_name} did not start: {exc}") from exc
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                self._process = None
+                raise ServiceUnavailable(
+                    f"{self.binary_name} exited on start\n--- log ---\n{self._log_tail()}"
+                )
+            if self._answers():
+                return
+            time.sleep(0.02)
+        self._kill()
+        raise ServiceUnavailable(
+            f"{self.binary_name} not ready within {self.start_timeout_s:g} s\n{self._log_tail()}"
+        )
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.settimeout(1)
+                return self._ready(sock)
+        except OSError:
+            return False
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server: SIGTERM and wait (graceful), or SIGKILL with `kill=True` (a crash)."""
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            if kill:
+                process.kill()
+            else:
+                process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=15)
+        self._process = None
+
+    def _kill(self) -> None:
+        self.stop(kill=True)
+
+    def cleanup(self) -> None:
+        """Stop (SIGKILL) if running and delete the temp dir."""
+        try:
+            self.stop(kill=True)
+        finally:
+            if self._root is not None:
+                shutil.rmtree(self._root, ignore_errors=True)
+                self._root = None
+                atexit.unregister(self.cleanup)
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"{type(self).__name__}(port={self.port}, root={self._root}, {state})"
+
+
+class ThrowawayNats(_ThrowawayServer):
+    """`nats-server -js` on a free port, JetStream store in the temp dir (kept across restarts).
+
+    .url            nats://127.0.0.1:PORT
+    .store_dir      the JetStream store (-sd): streams and consumers survive stop/start
+    .stop(kill=False), .start(), .cleanup()
+    """
+
+    binary_name = "nats-server"
+    default_binary = "/usr/sbin/nats-server"
+    prefix = "tw-nats-"
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def store_dir(self) -> Path:
+        return self.root / "jetstream"
+
+    def argv(self) -> list[str]:
+        return [
+            self.binary,
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-sd",
+            str(self.store_dir),
+            "-l",
+            str(self.root / "nats.log"),
+        ]
+
+    def _ready(self, sock: socket.socket) -> bool:
+        # The server greets with INFO once it accepts clients; with -js it only listens after
+        # JetStream is up (streams recovered from the store dir).
+        return sock.recv(4).startswith(b"INFO")
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            text = (self.root / "nats.log").read_text(errors="replace")
+        except OSError:
+            return super()._log_tail(lines)
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class ThrowawayRedis(_ThrowawayServer):
+    """`redis-server` on a free port, without persistence (a restart loses everything).
+
+    .url            redis://127.0.0.1:PORT/0
+    .stop(kill=False), .start(), .cleanup()
+    """
+
+    binary_name = "redis-server"
+    default_binary = "/usr/bin/redis-server"
+    prefix = "tw-redis-"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def argv(self) -> list[str]:
+        return [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.root),
+            "--daemonize",
+            "no",
+        ]
+
+    def _ready(self, sock: socket.socket) -> bool:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(7).startswith(b"+PONG")

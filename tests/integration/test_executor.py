@@ -14,9 +14,12 @@ from tickwork.domain.runs import RunStatus
 from tickwork.store.base import ClaimPlan
 from tickwork.store.sqlite import SqliteStore
 from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
 
 from ..support.receiver import Receiver
+
+LOOPBACK = AddressPolicy(allow=["127.0.0.1/32"])  # the test receiver; nothing else is allowed
 
 
 @pytest.fixture
@@ -71,7 +74,7 @@ async def test_fires_wait_for_their_instant_and_outcomes_are_recorded(
     ok = await add_job(store, 1, receiver.url("/ok"), at)
     bad = await add_job(store, 2, receiver.url("/fail"), at)
     fires = await claim_one(store, ok) + await claim_one(store, bad)
-    async with WebhookRunner() as runner:
+    async with WebhookRunner(policy=LOOPBACK) as runner:
         executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
         executor.submit(fires)
         await executor.drain()
@@ -92,7 +95,7 @@ async def test_unreachable_targets_fail_with_an_error_message(store: SqliteStore
     from tickwork.testing import free_port
 
     job = await add_job(store, 1, f"http://127.0.0.1:{free_port()}/", datetime.now(UTC))
-    async with WebhookRunner() as runner:
+    async with WebhookRunner(policy=LOOPBACK) as runner:
         executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
         executor.submit(await claim_one(store, job))
         await executor.drain()
@@ -108,7 +111,7 @@ async def test_an_orphaned_fire_is_recovered_and_run_once(
 ) -> None:
     job = await add_job(store, 1, receiver.url("/ok"), datetime.now(UTC))
     [lost] = await claim_one(store, job, lease_s=0)  # its claimer "died": the lease is over
-    async with WebhookRunner() as runner:
+    async with WebhookRunner(policy=LOOPBACK) as runner:
         executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="rescuer"))
         assert await executor.recover_orphans() == 1
         await executor.drain()
@@ -119,3 +122,59 @@ async def test_an_orphaned_fire_is_recovered_and_run_once(
     assert int(hit.headers["tickwork-fence"]) == lost.fence_token + 1
     [run] = await store.list_runs(job.id)
     assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 2)
+
+
+async def test_the_clock_not_the_timer_decides_when_a_fire_starts(
+    store: SqliteStore, receiver: Receiver
+) -> None:
+    """A loop timer that fires early (uvloop rounds to ms) must not start a fire early."""
+    from tickwork.clock import ManualClock
+
+    at = datetime.now(UTC) + timedelta(milliseconds=50)
+    clock = ManualClock(at - timedelta(milliseconds=50))  # stays behind unless told
+    job = await add_job(store, 1, receiver.url("/ok"), at)
+    async with WebhookRunner(policy=LOOPBACK) as runner:
+        executor = Executor(store, clock, runner, ExecutorConfig(node_id="t"))
+        executor.submit(await claim_one(store, job))
+        with pytest.raises(TimeoutError):  # the timer ran out 3 times over; the clock did not
+            await receiver.wait_for("/ok", 1, timeout_s=0.3)
+        clock.set(at)
+        await receiver.wait_for("/ok", 1, timeout_s=5)
+        await executor.drain()
+    [run] = await store.list_runs(job.id)
+    assert run.started_at == at
+
+
+async def test_the_ssrf_guard_refuses_loopback_unless_allowed(
+    store: SqliteStore, receiver: Receiver
+) -> None:
+    job = await add_job(store, 1, receiver.url("/ok"), datetime.now(UTC))
+    async with WebhookRunner() as runner:  # default policy: loopback is not allowed
+        executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
+        executor.submit(await claim_one(store, job))
+        await executor.drain()
+    assert receiver.deliveries == []
+    [run] = await store.list_runs(job.id)
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None
+    assert "refused by the SSRF guard" in run.error
+    assert "TICKWORK_WEBHOOK_ALLOW" in run.error
+
+
+async def test_signed_requests_verify_with_the_receiver_helper(
+    store: SqliteStore, receiver: Receiver
+) -> None:
+    from tickwork.webhooks import generate_secret, verify
+
+    old, new = generate_secret(), generate_secret()
+    job = await add_job(store, 1, receiver.url("/ok"), datetime.now(UTC))
+    async with WebhookRunner(policy=LOOPBACK, secrets=[new, old]) as runner:
+        executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
+        executor.submit(await claim_one(store, job))
+        await executor.drain()
+    [hit] = receiver.for_path("/ok")
+    verified = verify(headers=hit.headers, body=hit.body, secrets=[old])  # rotation: old works
+    assert verified.msg_id == hit.key
+    assert verified.duplicate is False
+    with pytest.raises(Exception, match="signature"):
+        verify(headers=hit.headers, body=hit.body + b"x", secrets=[new])

@@ -27,7 +27,12 @@ class UpProcess:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self, timeout_s: float = 30.0) -> UpProcess:
-        env = {**os.environ, "TICKWORK_LOG_LEVEL": "warning", **self.extra_env}
+        env = {
+            **os.environ,
+            "TICKWORK_LOG_LEVEL": "warning",
+            "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",  # the test receiver is on loopback
+            **self.extra_env,
+        }
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tickwork", "up",
             "--db", self.db_url, "--port", str(self.port),

@@ -76,6 +76,8 @@ def test_cron_coalesce_after_downtime_fires_the_latest_missed_minute() -> None:
         (None, T0, 1.0),  # nothing scheduled: the idle ceiling
         (T0 + 10 * S, T0, 1.0),  # far away: capped at the ceiling
         (T0 + timedelta(milliseconds=300), T0, 0.25),  # wake 50 ms early to claim ahead
+        (T0 + timedelta(milliseconds=51), T0, 0.025),  # but not a tick per fire: >= half of it
+        (T0 + timedelta(milliseconds=40), T0, 0.0),  # within reach of a claim now
         (T0 - S, T0, 0.0),  # already due
     ],
 )

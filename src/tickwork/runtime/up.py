@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 
 import uvicorn
+import uvloop
 
 from tickwork.clock import Clock, SystemClock
 from tickwork.errors import InvalidInput
@@ -20,6 +21,7 @@ from tickwork.scheduler.service import SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
 from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
 
 from .factory import store_for_url
@@ -40,7 +42,8 @@ def run_up(settings: Settings) -> None:
     )
     # Migration chatter is not news at `info`; failures still surface as errors.
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    asyncio.run(serve(settings))
+    # uvloop (installed with uvicorn[standard]) roughly halves the event loop's cost per fire.
+    uvloop.run(serve(settings))
 
 
 async def serve(settings: Settings, *, clock: Clock | None = None) -> None:
@@ -83,7 +86,13 @@ async def _serve_with(
 
     node_id = settings.node_id or default_node_id()
     stop = asyncio.Event()
-    async with WebhookRunner(max_connections=settings.executor_concurrency) as runner:
+    runner = WebhookRunner(
+        policy=AddressPolicy(allow=settings.webhook_allow),
+        secrets=settings.webhook_secrets,
+        clock=clock,
+        max_connections=settings.executor_concurrency,
+    )
+    async with runner:
         executor = Executor(
             store,
             clock,

@@ -97,7 +97,6 @@ class _Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         # FULL: a committed claim survives power loss, not just a process crash.
         conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA foreign_keys = ON")
         if self._readonly:
             conn.execute("PRAGMA query_only = ON")
         return conn
@@ -175,9 +174,11 @@ class SqliteStore(SqlReads):
         return rows.job_from_row(row)
 
     async def delete_job(self, job_id: str) -> None:
-        deleted = await self._write(
-            lambda conn: conn.execute(sql.DELETE_JOB, {"id": job_id}).rowcount
-        )
+        def delete(conn: sqlite3.Connection) -> int:
+            conn.execute(sql.DELETE_RUNS_OF_JOB, {"id": job_id})
+            return conn.execute(sql.DELETE_JOB, {"id": job_id}).rowcount
+
+        deleted = await self._write(delete)
         if not deleted:
             raise NotFound("job", job_id)
         self._watchers.notify("jobs")

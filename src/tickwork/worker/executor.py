@@ -57,9 +57,11 @@ class Executor:
             task.add_done_callback(self._tasks.discard)
 
     async def _execute(self, fire: Fire) -> None:
-        delay = (fire.scheduled_for - self._clock.now()).total_seconds()
-        if delay > 0:
-            await asyncio.sleep(delay)  # claimed ahead: never start before the instant
+        # Claimed ahead: never start before the instant. Loop timers may fire early by up to
+        # their resolution (uvloop rounds to milliseconds and reads a cached time), so the
+        # clock, not the timer, decides when the instant has come.
+        while (delay := (fire.scheduled_for - self._clock.now()).total_seconds()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(delay)
         async with self._slots:
             started = self._clock.now()
             metrics.FIRE_LATENESS.observe(max((started - fire.scheduled_for).total_seconds(), 0))

@@ -24,6 +24,13 @@ UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
 WHERE id = :id AND fence_token = :fence_token
 """
 DELETE_JOB = "DELETE FROM tw_jobs WHERE id = :id"
+DELETE_RUNS_OF_JOB = "DELETE FROM tw_runs WHERE job_id = :id"
+# tw_runs has no foreign key to tw_jobs: its trigger cost ~20 ms per 1,000-fire claim (bench/).
+# Deleting a job deletes its runs in the same statement instead (PostgreSQL) or transaction.
+DELETE_JOB_AND_RUNS = """
+WITH gone AS (DELETE FROM tw_runs WHERE job_id = :id)
+DELETE FROM tw_jobs WHERE id = :id RETURNING id
+"""
 LIST_JOBS = f"""
 SELECT {JOB_COLUMNS} FROM tw_jobs
 WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)

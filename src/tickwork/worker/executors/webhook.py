@@ -2,18 +2,26 @@
 
 Every attempt of one occurrence sends the same `idempotency-key` / `webhook-id` (derived from
 job id + scheduled instant), so a receiver can drop duplicates; `tickwork-fence` lets it reject
-a write from a superseded attempt.
+a write from a superseded attempt. With signing secrets configured, each request is signed the
+Standard Webhooks way (`tickwork.webhooks.verify` checks it on the receiving side).
+
+Every connection goes through the SSRF guard (`ssrf.py`): loopback, private, link-local,
+metadata and other non-global addresses are refused unless the allow-list names them, and the
+address checked is the address connected to.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
 
-from tickwork.clock import utc_iso
+from tickwork.clock import Clock, SystemClock, utc_iso
 from tickwork.domain.runs import Fire
+from tickwork.webhooks import sign
+from tickwork.worker.executors.ssrf import AddressPolicy, guarded_connector, refusal_of
 
 USER_AGENT = "tickwork/0.1"
 ERROR_EXCERPT_CHARS = 500
@@ -39,15 +47,27 @@ def fire_headers(fire: Fire) -> dict[str, str]:
 
 
 class WebhookRunner:
-    """Sends fires as HTTP requests over one pooled aiohttp session."""
+    """Sends fires as HTTP requests over one pooled, SSRF-guarded aiohttp session."""
 
-    def __init__(self, *, max_connections: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        policy: AddressPolicy | None = None,
+        secrets: Sequence[str] = (),
+        clock: Clock | None = None,
+        max_connections: int = 256,
+    ) -> None:
+        self._policy = policy or AddressPolicy()
+        self._secrets = tuple(secrets)
+        self._clock = clock or SystemClock()
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> WebhookRunner:
-        connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=60)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        connector = guarded_connector(self._policy, limit=self._max_connections, ttl_dns_cache=60)
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, trust_env=False
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -64,6 +84,12 @@ class WebhookRunner:
         if target.body is not None:
             data = json.dumps(target.body).encode()
             headers.setdefault("content-type", "application/json")
+        if self._secrets:
+            timestamp = int(self._clock.now().timestamp())
+            headers["webhook-timestamp"] = str(timestamp)
+            headers["webhook-signature"] = sign(
+                msg_id=fire.key, timestamp=timestamp, body=data or b"", secrets=self._secrets
+            )
         try:
             async with self._session.request(
                 target.method,
@@ -82,4 +108,8 @@ class WebhookRunner:
         except TimeoutError:
             return Attempt(ok=False, error=f"timed out after {target.timeout_s:g} s")
         except aiohttp.ClientError as exc:
+            refused = refusal_of(exc)
+            if refused is not None:
+                hint = "allow it with TICKWORK_WEBHOOK_ALLOW if this target is intended"
+                return Attempt(ok=False, error=f"refused by the SSRF guard: {refused}; {hint}")
             return Attempt(ok=False, error=f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT_CHARS])

@@ -1,0 +1,307 @@
+"""Standard Webhooks signatures (https://www.standardwebhooks.com) for tickwork's requests.
+
+Public: receivers use `verify` to check that a request came from their tickwork and is fresh;
+tickwork's executor uses `sign` / `signature_headers` to produce the headers.
+
+What is signed is exactly what the standard signs: `{webhook-id}.{webhook-timestamp}.{body}`
+with HMAC-SHA256, sent as `webhook-signature: v1,<base64>`; several signatures are separated by
+spaces so a secret can be rotated without downtime (sign with old and new, verify with either).
+The `tickwork-*` headers (job id, scheduled instant, attempt, fence) are NOT covered by the
+signature; `verify` parses them for convenience.
+
+Exceptions:
+
+TickworkError
+ +-- WebhookVerificationError   the request is not authentic or not fresh; `reason` says why
+ValueError                      a configuration mistake: a malformed secret, no secrets at all
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from secrets import token_bytes
+from typing import Protocol
+
+from tickwork.errors import TickworkError
+
+__all__ = [
+    "DEFAULT_TOLERANCE_S",
+    "MemorySeenKeys",
+    "SeenKeys",
+    "Verified",
+    "WebhookVerificationError",
+    "generate_secret",
+    "parse_secret",
+    "sign",
+    "signature_headers",
+    "verify",
+]
+
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 32  # the standard asks for 24 to 64 random bytes
+MIN_SECRET_BYTES = 24
+MAX_SIGNING_SECRETS = 2  # current + next during a rotation; more is a forgotten cleanup
+DEFAULT_TOLERANCE_S = 300  # what the reference libraries (standardwebhooks, svix, Stripe) use
+SIGNATURE_VERSION = "v1"
+
+ID_HEADER = "webhook-id"
+TIMESTAMP_HEADER = "webhook-timestamp"
+SIGNATURE_HEADER = "webhook-signature"
+
+
+class WebhookVerificationError(TickworkError):
+    """The request failed verification; answer it with 400/401 and do not act on it."""
+
+    code = "webhook_unverified"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SeenKeys(Protocol):
+    """Remembers webhook ids, for duplicate detection."""
+
+    def add(self, key: str) -> bool:
+        """Record `key`; True if it is new, False if it was already present."""
+        ...
+
+
+class MemorySeenKeys:
+    """In-process `SeenKeys` holding the `max_keys` most recently seen ids (LRU eviction).
+
+    A fast path only: it forgets on restart and across processes. The durable check is a unique
+    key on `webhook-id` in the receiver's own database, written with the effect.
+    """
+
+    def __init__(self, max_keys: int = 100_000) -> None:
+        if max_keys < 1:
+            raise ValueError(f"max_keys: must be at least 1, got {max_keys}")
+        self._max_keys = max_keys
+        self._keys: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, key: str) -> bool:
+        if key in self._keys:
+            # Refresh: an id that keeps coming back (a retrying sender) stays remembered.
+            self._keys.move_to_end(key)
+            return False
+        self._keys[key] = None
+        if len(self._keys) > self._max_keys:
+            self._keys.popitem(last=False)
+        return True
+
+    def discard(self, key: str) -> None:
+        """Forget `key`; call it when processing failed, so the retry is not a duplicate."""
+        self._keys.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Verified:
+    """A request that passed `verify`. Only msg_id, timestamp and the body are signed."""
+
+    msg_id: str  # webhook-id: the same for every attempt of one occurrence
+    timestamp: int  # webhook-timestamp, Unix seconds, new for every attempt
+    job_id: str | None  # tickwork-job-id
+    scheduled_for: datetime | None  # tickwork-scheduled-for, the occurrence's nominal instant
+    attempt: int | None  # tickwork-attempt, from 1
+    fence: int | None  # tickwork-fence: a larger value supersedes a smaller one
+    duplicate: bool  # `seen` already had msg_id (False when no `seen` was given)
+
+
+def generate_secret() -> str:
+    """A new signing secret, `whsec_` + base64 of 32 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(token_bytes(SECRET_BYTES)).decode("ascii")
+
+
+def parse_secret(secret: str) -> bytes:
+    """The HMAC key inside a `whsec_<base64>` secret (the prefix is optional)."""
+    text = secret.strip()
+    encoded = text.removeprefix(SECRET_PREFIX)
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(
+            "secret: expected 'whsec_' followed by base64 (generate one with"
+            " tickwork.webhooks.generate_secret())"
+        ) from None
+    if len(key) < MIN_SECRET_BYTES:
+        raise ValueError(
+            f"secret: decodes to {len(key)} bytes; use at least {MIN_SECRET_BYTES}"
+            " random bytes (generate one with tickwork.webhooks.generate_secret())"
+        )
+    return key
+
+
+def sign(*, msg_id: str, timestamp: int, body: bytes, secrets: Sequence[str]) -> str:
+    """The `webhook-signature` value: one `v1,<base64>` per secret, separated by spaces."""
+    keys = _keys(secrets)
+    if len(keys) > MAX_SIGNING_SECRETS:
+        raise ValueError(
+            f"secrets: sign with at most {MAX_SIGNING_SECRETS} (the current and the next one"
+            f" during a rotation), got {len(keys)}"
+        )
+    if timestamp < 0:
+        raise ValueError(f"timestamp: must be Unix seconds >= 0, got {timestamp}")
+    content = _signed_content(msg_id, timestamp, body)
+    return " ".join(_signature(key, content) for key in keys)
+
+
+def signature_headers(
+    *, msg_id: str, timestamp: int, body: bytes, secrets: Sequence[str]
+) -> dict[str, str]:
+    """The three Standard Webhooks headers for one request."""
+    return {
+        ID_HEADER: msg_id,
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(msg_id=msg_id, timestamp=timestamp, body=body, secrets=secrets),
+    }
+
+
+def verify(
+    *,
+    headers: Mapping[str, str],
+    body: bytes,
+    secrets: Sequence[str],
+    now: datetime | None = None,
+    tolerance_s: int = DEFAULT_TOLERANCE_S,
+    seen: SeenKeys | None = None,
+) -> Verified:
+    """Check a request's signature and freshness; raise WebhookVerificationError if it fails.
+
+    `body` must be the raw bytes received, before any JSON parsing. `now` defaults to the
+    system clock (this helper runs in the user's receiver; tickwork's own code passes an
+    instant from its Clock). `seen` is consulted only after the signature checked out, so
+    forged requests cannot fill it.
+    """
+    keys = _keys(secrets)
+    if tolerance_s <= 0:
+        raise ValueError(f"tolerance_s: must be positive, got {tolerance_s}")
+    fields = {name.lower(): value for name, value in headers.items()}
+    msg_id = _required(fields, ID_HEADER)
+    timestamp = _parse_timestamp(_required(fields, TIMESTAMP_HEADER))
+    signatures = _required(fields, SIGNATURE_HEADER)
+    _check_fresh(timestamp, now if now is not None else datetime.now(UTC), tolerance_s)
+    _check_signatures(signatures, keys, _signed_content(msg_id, timestamp, body))
+    return Verified(
+        msg_id=msg_id,
+        timestamp=timestamp,
+        job_id=fields.get("tickwork-job-id"),
+        scheduled_for=_optional_instant(fields, "tickwork-scheduled-for"),
+        attempt=_optional_int(fields, "tickwork-attempt"),
+        fence=_optional_int(fields, "tickwork-fence"),
+        duplicate=seen is not None and not seen.add(msg_id),
+    )
+
+
+def _keys(secrets: Sequence[str]) -> list[bytes]:
+    # A bare string is a Sequence[str] too; iterating its characters would be a silent mess.
+    if isinstance(secrets, str):
+        raise TypeError("secrets: pass a list of secrets, e.g. [secret]")
+    if not secrets:
+        raise ValueError("secrets: give at least one secret")
+    return [parse_secret(secret) for secret in secrets]
+
+
+def _signed_content(msg_id: str, timestamp: int, body: bytes) -> bytes:
+    return f"{msg_id}.{timestamp}.".encode() + body
+
+
+def _signature(key: bytes, content: bytes) -> str:
+    digest = hmac.new(key, content, hashlib.sha256).digest()
+    return f"{SIGNATURE_VERSION},{base64.b64encode(digest).decode('ascii')}"
+
+
+def _required(fields: Mapping[str, str], name: str) -> str:
+    value = fields.get(name, "").strip()
+    if not value:
+        raise WebhookVerificationError(f"missing header {name}")
+    return value
+
+
+def _parse_timestamp(text: str) -> int:
+    # Digits only and a sane length: no sign, no fraction, no 10**4000 to convert.
+    if not (text.isascii() and text.isdigit() and len(text) <= 12):
+        raise WebhookVerificationError(
+            f"{TIMESTAMP_HEADER} must be whole Unix seconds, got {text[:40]!r}"
+        )
+    return int(text)
+
+
+def _check_fresh(timestamp: int, now: datetime, tolerance_s: int) -> None:
+    if now.tzinfo is None:
+        raise ValueError("now: naive datetime; pass an aware instant")
+    skew_s = timestamp - now.timestamp()
+    if skew_s < -tolerance_s:
+        raise WebhookVerificationError(
+            f"{TIMESTAMP_HEADER} is {-skew_s:.0f} s old, more than the {tolerance_s} s"
+            " tolerance (a replayed request, or the clocks are out of sync)"
+        )
+    if skew_s > tolerance_s:
+        raise WebhookVerificationError(
+            f"{TIMESTAMP_HEADER} is {skew_s:.0f} s in the future, more than the {tolerance_s} s"
+            " tolerance (the clocks are out of sync)"
+        )
+
+
+def _check_signatures(header: str, keys: Sequence[bytes], content: bytes) -> None:
+    given = _v1_digests(header)
+    if not given:
+        raise WebhookVerificationError(f"{SIGNATURE_HEADER} has no {SIGNATURE_VERSION} signature")
+    expected = [hmac.new(key, content, hashlib.sha256).digest() for key in keys]
+    # compare_digest: the time taken must not tell an attacker how many leading bytes matched.
+    if not any(hmac.compare_digest(e, g) for e in expected for g in given):
+        raise WebhookVerificationError(
+            f"no signature in {SIGNATURE_HEADER} matches any configured secret"
+            " (wrong secret, or the id, timestamp or body was altered)"
+        )
+
+
+def _v1_digests(header: str) -> list[bytes]:
+    digests = []
+    for part in header.split():
+        version, _, encoded = part.partition(",")
+        if version != SIGNATURE_VERSION:
+            continue  # e.g. v1a (ed25519): not ours to check, and not a failure by itself
+        try:
+            digests.append(base64.b64decode(encoded, validate=True))
+        except (binascii.Error, ValueError):
+            continue
+    return digests
+
+
+def _optional_int(fields: Mapping[str, str], name: str) -> int | None:
+    text = fields.get(name)
+    if text is None:
+        return None
+    text = text.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 19):
+        raise WebhookVerificationError(f"{name} must be a whole number, got {text[:40]!r}")
+    return int(text)
+
+
+def _optional_instant(fields: Mapping[str, str], name: str) -> datetime | None:
+    text = fields.get(name)
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise WebhookVerificationError(
+            f"{name} must be an ISO-8601 instant with a zone, got {text[:40]!r}"
+        )
+    return when.astimezone(UTC)
