@@ -49,3 +49,7 @@ RUN_SECONDS = Histogram(
     "tickwork_run_duration_seconds", "Execution time of a run", buckets=_LATENCY_BUCKETS_S
 )
 INFLIGHT = Gauge("tickwork_runs_inflight", "Runs being executed by this process")
+RETRIES = Counter("tickwork_retries_total", "Failed attempts released for a retry")
+DEAD_LETTERS = Counter(
+    "tickwork_dead_letters_total", "Occurrences that failed for good and entered the DLQ"
+)

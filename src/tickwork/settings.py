@@ -47,6 +47,9 @@ class Settings(BaseSettings):
         default_factory=list,
         description="whsec_... signing secrets (two during a rotation); empty: unsigned",
     )
+    history_retention_days: float = Field(
+        30, gt=0, description="attempts and finished runs older than this are deleted"
+    )
     max_body_bytes: int = Field(256 * 1024, ge=1024)
     log_level: str = "info"
 

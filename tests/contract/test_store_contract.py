@@ -18,6 +18,7 @@ from tickwork.domain.jobs import (
     Schedule,
     WebhookTarget,
 )
+from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import RunOrigin, RunOutcome, RunStatus, occurrence_key
 from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import ClaimPlan, JobQuery, ScheduleStore
@@ -296,16 +297,24 @@ async def test_racing_claimers_fire_each_occurrence_once(
 
 
 def outcome(
-    fire, *, status: RunStatus = RunStatus.SUCCEEDED, fence: int | None = None
+    fire,
+    *,
+    status: RunStatus = RunStatus.SUCCEEDED,
+    fence: int | None = None,
+    retry_at: datetime | None = None,
 ) -> RunOutcome:  # type: ignore[no-untyped-def]
     return RunOutcome(
         run_id=fire.run_id,
+        job_id=fire.job_id,
+        attempt=fire.attempt,
         fence_token=fire.fence_token if fence is None else fence,
+        worker="w1",
+        retry_at=retry_at,
         status=status,
         started_at=T0 + timedelta(milliseconds=3),
         finished_at=T0 + timedelta(milliseconds=40),
-        http_status=503 if status is RunStatus.FAILED else 200,
-        error="HTTP 503" if status is RunStatus.FAILED else None,
+        http_status=200 if status is RunStatus.SUCCEEDED else 503,
+        error=None if status is RunStatus.SUCCEEDED else "HTTP 503",
     )
 
 
@@ -330,11 +339,11 @@ async def test_expired_leases_are_leased_again_with_a_new_fence(store: ScheduleS
     job = make_job(1)
     await store.create_job(job)
     [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])  # lease until T0 + 60 s
-    early = await store.lease_orphans(
+    early = await store.lease_runs(
         now=T0 + 59 * SEC, owner="b", lease_until=T0 + 120 * SEC, limit=10
     )
     assert early == []
-    [again] = await store.lease_orphans(
+    [again] = await store.lease_runs(
         now=T0 + 61 * SEC, owner="b", lease_until=T0 + 120 * SEC, limit=10
     )
     assert (again.run_id, again.key, again.scheduled_for) == (
@@ -347,9 +356,7 @@ async def test_expired_leases_are_leased_again_with_a_new_fence(store: ScheduleS
     assert await store.finish_runs([outcome(fire)]) == 0  # the zombie's write is rejected
     assert await store.finish_runs([outcome(again)]) == 1
     assert (
-        await store.lease_orphans(
-            now=T0 + 999 * SEC, owner="c", lease_until=T0 + 1999 * SEC, limit=10
-        )
+        await store.lease_runs(now=T0 + 999 * SEC, owner="c", lease_until=T0 + 1999 * SEC, limit=10)
         == []
     )
 
@@ -365,14 +372,12 @@ async def test_heartbeats_extend_only_current_leases(store: ScheduleStore) -> No
         == 1
     )
     assert (
-        await store.lease_orphans(
-            now=T0 + 200 * SEC, owner="b", lease_until=T0 + 999 * SEC, limit=5
-        )
+        await store.lease_runs(now=T0 + 200 * SEC, owner="b", lease_until=T0 + 999 * SEC, limit=5)
         == []
     )
     assert (
         len(
-            await store.lease_orphans(
+            await store.lease_runs(
                 now=T0 + 301 * SEC, owner="b", lease_until=T0 + 999 * SEC, limit=5
             )
         )
@@ -393,7 +398,7 @@ async def test_manual_runs_are_pending_and_leasable_at_once(store: ScheduleStore
         T0,
     )
     assert run.key != occurrence_key(job.id, T0)
-    [fire] = await store.lease_orphans(now=T0, owner="a", lease_until=T0 + 60 * SEC, limit=10)
+    [fire] = await store.lease_runs(now=T0, owner="a", lease_until=T0 + 60 * SEC, limit=10)
     assert (fire.run_id, fire.attempt) == (run.id, 1)
     assert (await store.get_job(job.id)).next_run_at == T0 + 3600 * SEC
 
@@ -432,3 +437,119 @@ async def test_stats_count_jobs_by_state_and_pending_runs(store: ScheduleStore) 
     stats = await store.stats()
     assert stats.jobs_by_state == {"scheduled": 1, "paused": 1}
     assert stats.runs_pending == 1
+
+
+# -- retries, dead letters, history -----------------------------------------------------------
+
+
+async def test_a_retry_releases_the_run_until_its_instant(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    retry_at = T0 + 30 * SEC
+    assert (
+        await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=retry_at)]) == 1
+    )
+    run = await store.get_run(fire.run_id)
+    assert (run.status, run.last_error, run.dead_lettered_at) == (
+        RunStatus.PENDING,
+        "HTTP 503",
+        None,
+    )
+    assert await store.next_lease_at() == retry_at
+    early = await store.lease_runs(
+        now=retry_at - SEC, owner="b", lease_until=T0 + 99 * SEC, limit=5
+    )
+    assert early == []
+    [again] = await store.lease_runs(now=retry_at, owner="b", lease_until=T0 + 99 * SEC, limit=5)
+    assert (again.attempt, again.fence_token, again.key) == (2, fire.fence_token + 1, fire.key)
+    assert await store.finish_runs([outcome(again)]) == 1
+    attempts = await store.list_attempts(fire.run_id)
+    assert [(a.attempt, a.status, a.http_status, a.worker) for a in attempts] == [
+        (1, RunStatus.PENDING, 503, "w1"),
+        (2, RunStatus.SUCCEEDED, 200, "w1"),
+    ]
+    assert (await store.get_run(fire.run_id)).status is RunStatus.SUCCEEDED
+
+
+async def test_a_stale_outcome_leaves_no_attempt_behind(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    assert await store.finish_runs([outcome(fire, fence=fire.fence_token + 5)]) == 0
+    assert await store.list_attempts(fire.run_id) == []
+
+
+async def test_failures_are_dead_lettered_then_redriven_or_purged(store: ScheduleStore) -> None:
+    jobs = [make_job(n) for n in (1, 2, 3)]
+    for job in jobs:
+        await store.create_job(job)
+    fires = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in jobs])
+    failed = [outcome(f, status=RunStatus.FAILED) for f in fires]
+    assert await store.finish_runs(failed) == 3
+    dead = await store.list_dead_letters(limit=10)
+    assert [r.id for r in dead] == sorted((f.run_id for f in fires), reverse=True)
+    assert all(r.status is RunStatus.FAILED and r.dead_lettered_at for r in dead)
+    assert [r.id for r in await store.list_dead_letters(limit=1, before_id=dead[0].id)] == [
+        dead[1].id
+    ]
+    assert [r.job_id for r in await store.list_dead_letters(job_id=jobs[0].id)] == [jobs[0].id]
+
+    assert await store.redrive([fires[0].run_id], now=T0 + 5 * SEC) == 1
+    assert await store.redrive([fires[0].run_id], now=T0 + 5 * SEC) == 0  # no longer dead
+    [again] = await store.lease_runs(
+        now=T0 + 5 * SEC, owner="b", lease_until=T0 + 99 * SEC, limit=5
+    )
+    assert (again.run_id, again.attempt) == (fires[0].run_id, 2)
+
+    assert await store.purge_dead_letters([fires[1].run_id]) == 1
+    assert [r.id for r in await store.list_dead_letters()] == [fires[2].run_id]
+    purged = await store.get_run(fires[1].run_id)
+    assert (purged.status, purged.dead_lettered_at) == (RunStatus.FAILED, None)
+    assert await store.purge_dead_letters(None) == 1
+    assert await store.list_dead_letters() == []
+
+
+async def test_redrive_all_reenqueues_every_dead_letter(store: ScheduleStore) -> None:
+    jobs = [make_job(n) for n in (1, 2)]
+    for job in jobs:
+        await store.create_job(job)
+    fires = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in jobs])
+    await store.finish_runs([outcome(f, status=RunStatus.FAILED) for f in fires])
+    assert await store.redrive(None, now=T0) == 2
+    leased = await store.lease_runs(now=T0, owner="b", lease_until=T0 + 9 * SEC, limit=5)
+    assert sorted(f.run_id for f in leased) == sorted(f.run_id for f in fires)
+
+
+async def test_history_is_pruned_by_age_but_dead_letters_stay(store: ScheduleStore) -> None:
+    jobs = [make_job(n) for n in (1, 2)]
+    for job in jobs:
+        await store.create_job(job)
+    ok, bad = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in jobs])
+    await store.finish_runs([outcome(ok), outcome(bad, status=RunStatus.FAILED)])
+    assert await store.prune_history(finished_before=T0, limit=100) == 0  # nothing that old
+    cutoff = T0 + 3600 * SEC
+    assert await store.prune_history(finished_before=cutoff, limit=100) == 3  # 2 attempts + 1 run
+    with pytest.raises(NotFound):
+        await store.get_run(ok.run_id)
+    assert [r.id for r in await store.list_dead_letters()] == [bad.run_id]
+    assert await store.prune_history(finished_before=cutoff, limit=100) == 0
+
+
+async def test_retry_policies_travel_with_the_fire(store: ScheduleStore) -> None:
+    policy = RetryPolicy(max_attempts=3, base_delay_ms=250, max_delay_ms=1000, multiplier=3.0)
+    job = make_job(1, retry=policy)
+    await store.create_job(job)
+    assert (await store.get_job(job.id)).retry == policy
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    assert fire.retry == policy
+    await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=T0)])
+    [again] = await store.lease_runs(now=T0, owner="b", lease_until=T0 + SEC, limit=5)
+    assert again.retry == policy
+
+
+async def test_unknown_runs_raise_not_found(store: ScheduleStore) -> None:
+    with pytest.raises(NotFound):
+        await store.get_run(424242)
+    with pytest.raises(NotFound):
+        await store.list_attempts(424242)

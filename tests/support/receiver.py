@@ -31,10 +31,14 @@ class Delivery:
 
 @dataclass
 class Receiver:
-    """Answers each request with `status_for(path)` (200 by default) and records it."""
+    """Answers each request with the status set for its path (200 by default) and records it.
 
-    statuses: dict[str, int] = field(default_factory=dict)
+    A path's status may be a list: each request takes the next one, the last one repeats.
+    """
+
+    statuses: dict[str, int | list[int]] = field(default_factory=dict)
     deliveries: list[Delivery] = field(default_factory=list)
+    retry_after: dict[str, str] = field(default_factory=dict)  # path -> Retry-After header
     port: int = 0
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _runner: web.AppRunner | None = None
@@ -71,7 +75,16 @@ class Receiver:
         async with self._changed:
             self.deliveries.append(delivery)
             self._changed.notify_all()
-        return web.Response(status=self.statuses.get(request.path, 200), text="ok")
+        headers = {}
+        if request.path in self.retry_after:
+            headers["retry-after"] = self.retry_after[request.path]
+        return web.Response(status=self._status_for(request.path), text="ok", headers=headers)
+
+    def _status_for(self, path: str) -> int:
+        status = self.statuses.get(path, 200)
+        if isinstance(status, int):
+            return status
+        return status.pop(0) if len(status) > 1 else status[0]
 
     def for_path(self, path: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.path == path]

@@ -8,6 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from tickwork.domain.retry import RetryPolicy
+
 
 class JobState(StrEnum):
     SCHEDULED = "scheduled"  # armed: fires at next_run_at
@@ -77,3 +79,4 @@ class Job:
     fence_token: int = 0
     tenant: str = "default"
     last_fired_at: datetime | None = None  # scheduled_for of the latest claimed occurrence
+    retry: RetryPolicy = field(default_factory=RetryPolicy)

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Target
+from tickwork.domain.retry import RetryPolicy
 
 
 class RunStatus(StrEnum):
-    PENDING = "pending"  # claimed, waiting for (or in) execution
+    PENDING = "pending"  # claimed, waiting for (or in) execution, or for its next retry
     SUCCEEDED = "succeeded"
-    FAILED = "failed"
+    FAILED = "failed"  # terminal: a non-retryable failure or the last attempt; dead-lettered
 
 
 class RunOrigin(StrEnum):
@@ -49,19 +50,50 @@ class Fire:
     attempt: int
     target: Target
     lease_until: datetime
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunOutcome:
-    """What an executor reports for one fire; applied only if `fence_token` is still current."""
+    """What an executor reports for one attempt; applied only if `fence_token` is current.
+
+    `status` SUCCEEDED and FAILED finish the occurrence (FAILED also dead-letters it);
+    PENDING with `retry_at` releases it for another attempt no earlier than `retry_at`.
+    Every applied outcome is also appended to the attempt history.
+    """
 
     run_id: int
+    job_id: str
+    attempt: int
     fence_token: int
     status: RunStatus
     started_at: datetime
     finished_at: datetime
     http_status: int | None = None
     error: str | None = None
+    retry_at: datetime | None = None
+    worker: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.status is RunStatus.PENDING) != (self.retry_at is not None):
+            raise ValueError("retry_at goes with status PENDING, and only with it")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptRecord:
+    """One attempt of one occurrence, as kept in the history."""
+
+    id: int
+    run_id: int
+    job_id: str
+    attempt: int
+    fence_token: int
+    worker: str | None
+    started_at: datetime
+    finished_at: datetime
+    status: RunStatus  # PENDING here means "failed, retried later"
+    http_status: int | None
+    error: str | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,3 +112,5 @@ class Run:
     finished_at: datetime | None
     http_status: int | None
     error: str | None
+    dead_lettered_at: datetime | None = None  # set while the occurrence is in the DLQ
+    last_error: str | None = None  # the latest attempt's error

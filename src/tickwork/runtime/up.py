@@ -11,12 +11,14 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 
 import uvicorn
 import uvloop
 
 from tickwork.clock import Clock, SystemClock
 from tickwork.errors import InvalidInput
+from tickwork.maintenance.pruner import Pruner, PrunerConfig
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
@@ -125,9 +127,15 @@ async def _serve_with(
                 lifespan="off",
             )
         )
+        pruner = Pruner(
+            store,
+            clock,
+            PrunerConfig(retention=timedelta(days=settings.history_retention_days)),
+        )
         workers = [
             asyncio.create_task(scheduler.run(stop), name="scheduler"),
             asyncio.create_task(executor.run(stop), name="executor"),
+            asyncio.create_task(pruner.run(stop), name="pruner"),
         ]
         try:
             _announce(settings, sock)

@@ -12,11 +12,17 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
   dropped silently and yields no fire. A run whose occurrence key already exists is not inserted
   again. So however many schedulers race, each occurrence fires at most once per claim winner,
   and a crash leaves either nothing or a complete claim + advance + pending run.
-* `lease_orphans` re-leases pending runs whose lease expired (a crashed executor, a manual
-  trigger nobody picked up yet), incrementing the run's fence token and attempt.
+* `lease_runs` leases pending runs whose lease is free (expired: a crashed executor; released: a
+  manual trigger, a retry whose backoff has passed, a redriven dead letter), incrementing the
+  run's fence token and attempt. It is the table queue's dequeue.
 * `extend_leases` is the executor's heartbeat for long runs, fence-guarded like every write.
 * `finish_runs` applies an outcome only if the run is still pending with the same fence token;
-  a zombie executor's late outcome is rejected (it returns how many were applied).
+  a zombie executor's late outcome is rejected (it returns how many were applied). An applied
+  outcome also appends the attempt to the history. SUCCEEDED finishes the run; FAILED finishes
+  and dead-letters it; PENDING releases it until `retry_at` (the next `lease_runs` after that
+  instant runs it again).
+* Dead letters: `list_dead_letters`, `redrive` (back to pending, leasable at once; the next
+  attempt is one more than the last) and `purge` (out of the DLQ; the run stays failed).
 * `watch(topic)` returns an event set whenever jobs (topic "jobs") or runs (topic "runs")
   change, by this process or, where the backend can tell (PostgreSQL LISTEN/NOTIFY), another.
 """
@@ -30,7 +36,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from tickwork.domain.jobs import Job, JobState, Schedule
-from tickwork.domain.runs import Fire, Run, RunOutcome
+from tickwork.domain.runs import AttemptRecord, Fire, Run, RunOutcome
 
 Topic = Literal["jobs", "runs"]
 
@@ -121,9 +127,13 @@ class ScheduleStore(Protocol):
         """Record an out-of-schedule occurrence at `now`, leasable at once. Raises NotFound."""
         ...
 
-    async def lease_orphans(
+    async def lease_runs(
         self, *, now: datetime, owner: str, lease_until: datetime, limit: int
     ) -> list[Fire]: ...
+
+    async def next_lease_at(self) -> datetime | None:
+        """The earliest instant at which some pending run's lease is (or becomes) free."""
+        ...
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
@@ -141,6 +151,34 @@ class ScheduleStore(Protocol):
         self, job_id: str, *, limit: int = 50, before_id: int | None = None
     ) -> list[Run]:
         """Newest first. Raises NotFound if the job does not exist."""
+        ...
+
+    async def get_run(self, run_id: int) -> Run:
+        """Raises NotFound."""
+        ...
+
+    async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
+        """Oldest first. Raises NotFound if the run does not exist."""
+        ...
+
+    # -- dead letters -----------------------------------------------------------------------
+    async def list_dead_letters(
+        self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
+    ) -> list[Run]:
+        """Newest run id first."""
+        ...
+
+    async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
+        """Re-enqueue these dead letters (None: all of them); returns how many."""
+        ...
+
+    async def purge_dead_letters(self, run_ids: Sequence[int] | None) -> int:
+        """Drop these dead letters from the DLQ (None: all); they stay failed in the history."""
+        ...
+
+    async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
+        """Delete up to `limit` attempts and finished runs (not dead letters) that finished
+        before the cutoff; returns how many rows went. Call until it returns 0."""
         ...
 
     async def stats(self) -> StoreStats: ...

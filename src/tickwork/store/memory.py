@@ -12,7 +12,15 @@ from dataclasses import replace
 from datetime import datetime
 
 from tickwork.domain.jobs import Job, JobState
-from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, RunStatus, occurrence_key
+from tickwork.domain.runs import (
+    AttemptRecord,
+    Fire,
+    Run,
+    RunOrigin,
+    RunOutcome,
+    RunStatus,
+    occurrence_key,
+)
 from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
 
@@ -23,6 +31,8 @@ class MemoryStore:
         self._runs: dict[int, Run] = {}
         self._leases: dict[int, tuple[str | None, datetime]] = {}
         self._keys: set[str] = set()
+        self._attempts: list[AttemptRecord] = []
+        self._next_attempt_id = 1
         self._next_run_id = 1
         self._watchers = Watchers()
 
@@ -127,7 +137,7 @@ class MemoryStore:
         self._watchers.notify("runs")
         return run
 
-    async def lease_orphans(
+    async def lease_runs(
         self, *, now: datetime, owner: str, lease_until: datetime, limit: int
     ) -> list[Fire]:
         expired = [
@@ -143,6 +153,9 @@ class MemoryStore:
             self._leases[run_id] = (owner, lease_until)
             fires.append(_fire(run, self._jobs[run.job_id], lease_until))
         return fires
+
+    async def next_lease_at(self) -> datetime | None:
+        return min((until for _, until in self._leases.values()), default=None)
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
@@ -164,15 +177,13 @@ class MemoryStore:
                 continue
             if run.fence_token != outcome.fence_token:
                 continue
-            self._runs[run.id] = replace(
-                run,
-                status=outcome.status,
-                started_at=outcome.started_at,
-                finished_at=outcome.finished_at,
-                http_status=outcome.http_status,
-                error=outcome.error,
-            )
-            self._leases.pop(run.id, None)
+            self._runs[run.id] = _after(run, outcome)
+            if outcome.retry_at is None:
+                self._leases.pop(run.id, None)
+            else:
+                self._leases[run.id] = (None, outcome.retry_at)
+            self._attempts.append(_attempt_record(self._next_attempt_id, outcome))
+            self._next_attempt_id += 1
             applied += 1
         return applied
 
@@ -188,6 +199,69 @@ class MemoryStore:
         ]
         runs.sort(key=lambda r: r.id, reverse=True)
         return runs[:limit]
+
+    async def get_run(self, run_id: int) -> Run:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise NotFound("run", str(run_id)) from None
+
+    async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
+        await self.get_run(run_id)
+        return [a for a in self._attempts if a.run_id == run_id]
+
+    async def list_dead_letters(
+        self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
+    ) -> list[Run]:
+        dead = [
+            r
+            for r in self._runs.values()
+            if r.dead_lettered_at is not None
+            and (before_id is None or r.id < before_id)
+            and (job_id is None or r.job_id == job_id)
+        ]
+        return sorted(dead, key=lambda r: r.id, reverse=True)[:limit]
+
+    async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
+        chosen = self._dead(run_ids)
+        for run in chosen:
+            self._runs[run.id] = replace(run, status=RunStatus.PENDING, dead_lettered_at=None)
+            self._leases[run.id] = (None, now)
+        if chosen:
+            self._watchers.notify("runs")
+        return len(chosen)
+
+    async def purge_dead_letters(self, run_ids: Sequence[int] | None) -> int:
+        chosen = self._dead(run_ids)
+        for run in chosen:
+            self._runs[run.id] = replace(run, dead_lettered_at=None)
+        return len(chosen)
+
+    def _dead(self, run_ids: Sequence[int] | None) -> list[Run]:
+        wanted = None if run_ids is None else set(run_ids)
+        return [
+            r
+            for r in self._runs.values()
+            if r.dead_lettered_at is not None and (wanted is None or r.id in wanted)
+        ]
+
+    async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
+        old_attempts = [a for a in self._attempts if a.finished_at < finished_before][:limit]
+        gone = {id(a) for a in old_attempts}
+        self._attempts = [a for a in self._attempts if id(a) not in gone]
+        budget = limit - len(old_attempts)
+        old_runs = [
+            r
+            for r in self._runs.values()
+            if r.status is not RunStatus.PENDING
+            and r.dead_lettered_at is None
+            and r.finished_at is not None
+            and r.finished_at < finished_before
+        ][: max(budget, 0)]
+        for run in old_runs:
+            del self._runs[run.id]
+            self._keys.discard(run.key)
+        return len(old_attempts) + len(old_runs)
 
     async def stats(self) -> StoreStats:
         by_state: dict[str, int] = {}
@@ -231,6 +305,37 @@ class MemoryStore:
         return run
 
 
+def _after(run: Run, outcome: RunOutcome) -> Run:
+    """The run once `outcome` is applied (the same rules as the SQL stores' FINISH)."""
+    failed = outcome.status is RunStatus.FAILED
+    return replace(
+        run,
+        status=outcome.status,
+        started_at=outcome.started_at,
+        finished_at=outcome.finished_at,
+        http_status=outcome.http_status,
+        error=outcome.error,
+        last_error=outcome.error,
+        dead_lettered_at=outcome.finished_at if failed else None,
+    )
+
+
+def _attempt_record(ident: int, outcome: RunOutcome) -> AttemptRecord:
+    return AttemptRecord(
+        id=ident,
+        run_id=outcome.run_id,
+        job_id=outcome.job_id,
+        attempt=outcome.attempt,
+        fence_token=outcome.fence_token,
+        worker=outcome.worker,
+        started_at=outcome.started_at,
+        finished_at=outcome.finished_at,
+        status=outcome.status,
+        http_status=outcome.http_status,
+        error=outcome.error,
+    )
+
+
 def _schedulable(job: Job) -> bool:
     return job.state is JobState.SCHEDULED and job.next_run_at is not None
 
@@ -262,4 +367,5 @@ def _fire(run: Run, job: Job, lease_until: datetime) -> Fire:
         attempt=run.attempt,
         target=job.target,
         lease_until=lease_until,
+        retry=job.retry,
     )

@@ -61,14 +61,14 @@ inserted AS (
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
 )
-SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target
+SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy
 FROM inserted i JOIN tw_jobs j ON j.id = i.job_id
 """
 # The last join reads `target` from the statement's snapshot of tw_jobs by primary key (the claim
 # does not change it). Joining `inserted` to `claimed` instead made PostgreSQL, which estimates
 # both CTEs at one row, run a nested loop of batch x batch comparisons (200 ms of 250 ms per
 # 1,000-row claim, measured by bench/).
-LEASE_ORPHANS = """
+LEASE_RUNS = """
 UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
     lease_owner = $1, lease_until_us = $2
 FROM tw_jobs j
@@ -76,14 +76,41 @@ WHERE r.id = ANY(ARRAY(
         SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= $3
         ORDER BY lease_until_us LIMIT $4 FOR UPDATE SKIP LOCKED))
   AND j.id = r.job_id
-RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target
+RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target,
+    j.retry_policy
 """
+# Outcomes and their attempt rows in one statement: only applied outcomes reach the history.
 FINISH_RUNS = """
-UPDATE tw_runs r SET status = o.status, started_us = o.started_us, finished_us = o.finished_us,
-    http_status = o.http_status, error = o.error, lease_owner = NULL, lease_until_us = NULL
-FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::int[],
-            $7::text[]) AS o(id, fence, status, started_us, finished_us, http_status, error)
-WHERE r.id = o.id AND r.fence_token = o.fence AND r.status = 'pending'
+WITH o AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[],
+                         $6::int[], $7::text[], $8::bigint[], $9::bigint[], $10::text[],
+                         $11::int[], $12::text[])
+        AS o(id, fence, status, started_us, finished_us, http_status, error, dead_us,
+             retry_us, job_id, attempt, worker)
+),
+applied AS (
+    UPDATE tw_runs r SET status = o.status, started_us = o.started_us,
+        finished_us = o.finished_us, http_status = o.http_status, error = o.error,
+        last_error = o.error, dead_lettered_us = o.dead_us, lease_owner = NULL,
+        lease_until_us = o.retry_us
+    FROM o
+    WHERE r.id = o.id AND r.fence_token = o.fence AND r.status = 'pending'
+    RETURNING r.id
+)
+INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
+                         status, http_status, error)
+SELECT o.id, o.job_id, o.attempt, o.fence, o.worker, o.started_us, o.finished_us, o.status,
+       o.http_status, o.error
+FROM o JOIN applied a ON a.id = o.id
+"""
+REDRIVE = """
+UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
+    lease_until_us = $2
+WHERE dead_lettered_us IS NOT NULL AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+"""
+PURGE = """
+UPDATE tw_runs SET dead_lettered_us = NULL
+WHERE dead_lettered_us IS NOT NULL AND ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
 """
 EXTEND_LEASES = """
 UPDATE tw_runs r SET lease_until_us = $3
@@ -225,13 +252,11 @@ class PostgresStore(SqlReads):
             raise NotFound("job", job_id)
         return rows.run_from_row(found[0])
 
-    async def lease_orphans(
+    async def lease_runs(
         self, *, now: datetime, owner: str, lease_until: datetime, limit: int
     ) -> list[Fire]:
         try:
-            found = await self.pool.fetch(
-                LEASE_ORPHANS, owner, to_us(lease_until), to_us(now), limit
-            )
+            found = await self.pool.fetch(LEASE_RUNS, owner, to_us(lease_until), to_us(now), limit)
         except (OSError, asyncpg.PostgresError) as exc:
             raise StoreError(f"PostgreSQL error while leasing: {exc}") from exc
         return [rows.fire_from_row(r, lease_until) for r in found]
@@ -252,20 +277,53 @@ class PostgresStore(SqlReads):
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int:
         if not outcomes:
             return 0
-        columns = (
-            [o.run_id for o in outcomes],
-            [o.fence_token for o in outcomes],
-            [o.status.value for o in outcomes],
-            [to_us(o.started_at) for o in outcomes],
-            [to_us(o.finished_at) for o in outcomes],
-            [o.http_status for o in outcomes],
-            [o.error for o in outcomes],
-        )
+        params = [rows.outcome_params(o) for o in outcomes]
+        names = ("id", "fence", "status", "started_us", "finished_us", "http_status", "error",
+                 "dead_us", "retry_us", "job_id", "attempt", "worker")  # fmt: skip
+        columns = [[p[name] for p in params] for name in names]
         try:
             status = await self.pool.execute(FINISH_RUNS, *columns)
         except (OSError, asyncpg.PostgresError) as exc:
             raise StoreError(f"PostgreSQL error while recording runs: {exc}") from exc
         return int(status.split()[-1])
+
+    async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
+        ids = None if run_ids is None else list(run_ids)
+        redriven = await self._execute_notify(REDRIVE, (ids, to_us(now)), "runs")
+        return redriven
+
+    async def purge_dead_letters(self, run_ids: Sequence[int] | None) -> int:
+        ids = None if run_ids is None else list(run_ids)
+        try:
+            status = await self.pool.execute(PURGE, ids)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error while purging: {exc}") from exc
+        return int(status.split()[-1])
+
+    async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
+        cutoff = to_us(finished_before)
+        gone = 0
+        for statement in (sql.PRUNE_ATTEMPTS, sql.PRUNE_RUNS):
+            text, _ = sql.to_numbered(statement)  # parameters: cutoff, limit
+            try:
+                status = await self.pool.execute(text, cutoff, max(limit - gone, 0))
+            except (OSError, asyncpg.PostgresError) as exc:
+                raise StoreError(f"PostgreSQL error while pruning history: {exc}") from exc
+            gone += int(status.split()[-1])
+        return gone
+
+    async def _execute_notify(self, statement: str, args: tuple[Any, ...], topic: Topic) -> int:
+        """Run one write and NOTIFY `topic` at its commit if it changed anything."""
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                changed = int((await conn.execute(statement, *args)).split()[-1])
+                if changed:
+                    await conn.execute(NOTIFY, CHANNEL, topic)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+        if changed:
+            self._watchers.notify(topic)
+        return changed
 
 
 def _plan_columns(plans: Sequence[ClaimPlan]) -> tuple[list[Any], ...]:

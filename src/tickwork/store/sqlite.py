@@ -14,6 +14,7 @@ coroutine's statement can interleave with it.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,7 @@ CLAIM_JOB = """
 UPDATE tw_jobs SET fence_token = fence_token + 1, next_run_us = :new_next_us, state = :new_state,
     last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now
 WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
-RETURNING fence_token, target
+RETURNING fence_token, target, retry_policy
 """
 INSERT_RUN = """
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
@@ -46,22 +47,30 @@ VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 """
-LEASE_ORPHANS = """
+LEASE_RUNS = """
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
              ORDER BY lease_until_us LIMIT :limit)
 RETURNING id, job_id, key, scheduled_us, fence_token, attempt,
-    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target
+    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target,
+    (SELECT retry_policy FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS retry_policy
 """
 EXTEND_LEASE = """
 UPDATE tw_runs SET lease_until_us = :lease_until
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
 """
-FINISH_RUN = """
-UPDATE tw_runs SET status = :status, started_us = :started_us, finished_us = :finished_us,
-    http_status = :http_status, error = :error, lease_owner = NULL, lease_until_us = NULL
-WHERE id = :id AND fence_token = :fence AND status = 'pending'
+# SQLite has no arrays: a list of run ids travels as JSON text (json_each), NULL meaning all.
+REDRIVE = """
+UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
+    lease_until_us = :now
+WHERE dead_lettered_us IS NOT NULL
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+"""
+PURGE = """
+UPDATE tw_runs SET dead_lettered_us = NULL
+WHERE dead_lettered_us IS NOT NULL
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
 """
 
 
@@ -207,7 +216,7 @@ class SqliteStore(SqlReads):
         self._watchers.notify("runs")
         return rows.run_from_row(row)
 
-    async def lease_orphans(
+    async def lease_runs(
         self, *, now: datetime, owner: str, lease_until: datetime, limit: int
     ) -> list[Fire]:
         params = {
@@ -216,7 +225,7 @@ class SqliteStore(SqlReads):
             "now": to_us(now),
             "limit": limit,
         }
-        leased = await self._write(lambda conn: conn.execute(LEASE_ORPHANS, params).fetchall())
+        leased = await self._write(lambda conn: conn.execute(LEASE_RUNS, params).fetchall())
         return [rows.fire_from_row(r, lease_until) for r in leased]
 
     async def extend_leases(
@@ -233,10 +242,42 @@ class SqliteStore(SqlReads):
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int:
         if not outcomes:
             return 0
-        params = [_outcome_params(o) for o in outcomes]
-        return await self._write(
-            lambda conn: sum(conn.execute(FINISH_RUN, p).rowcount for p in params)
-        )
+        params = [rows.outcome_params(o) for o in outcomes]
+        return await self._write(lambda conn: _finish(conn, params))
+
+    async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
+        params = {"ids": _id_list(run_ids), "now": to_us(now)}
+        redriven = await self._write(lambda conn: conn.execute(REDRIVE, params).rowcount)
+        if redriven:
+            self._watchers.notify("runs")
+        return redriven
+
+    async def purge_dead_letters(self, run_ids: Sequence[int] | None) -> int:
+        params = {"ids": _id_list(run_ids)}
+        return await self._write(lambda conn: conn.execute(PURGE, params).rowcount)
+
+    async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
+        params = {"cutoff": to_us(finished_before), "limit": limit}
+
+        def prune(conn: sqlite3.Connection) -> int:
+            gone = conn.execute(sql.PRUNE_ATTEMPTS, params).rowcount
+            params["limit"] = max(limit - gone, 0)
+            return gone + conn.execute(sql.PRUNE_RUNS, params).rowcount
+
+        return await self._write(prune)
+
+
+def _id_list(run_ids: Sequence[int] | None) -> str | None:
+    return None if run_ids is None else json.dumps([int(i) for i in run_ids])
+
+
+def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> int:
+    applied = 0
+    for p in params:
+        if conn.execute(sql.FINISH_RUN, p).rowcount:
+            conn.execute(sql.INSERT_ATTEMPT, p)
+            applied += 1
+    return applied
 
 
 def _claim(
@@ -266,6 +307,7 @@ def _claim(
                 attempt=1,
                 target=rows.target_from_json(claimed["target"]),
                 lease_until=lease_until,
+                retry=rows.retry_from_json(claimed["retry_policy"]),
             )
         )
     return fires
@@ -282,16 +324,4 @@ def _plan_params(plan: ClaimPlan) -> dict[str, Any]:
         "new_next_us": to_us(plan.expected_next_run_at if completed else plan.new_next_run_at),  # type: ignore[arg-type]
         "new_state": (JobState.COMPLETED if completed else JobState.SCHEDULED).value,
         "fired_us": rows.us_or_none(plan.scheduled_for),
-    }
-
-
-def _outcome_params(outcome: RunOutcome) -> dict[str, Any]:
-    return {
-        "id": outcome.run_id,
-        "fence": outcome.fence_token,
-        "status": outcome.status.value,
-        "started_us": to_us(outcome.started_at),
-        "finished_us": to_us(outcome.finished_at),
-        "http_status": outcome.http_status,
-        "error": outcome.error,
     }

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from tickwork import metrics
 from tickwork.clock import Clock
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.store.base import ScheduleStore
 from tickwork.worker.executors.webhook import Attempt
+from tickwork.worker.outcomes import outcome_for
 
 log = logging.getLogger("tickwork.executor")
 
@@ -47,6 +49,8 @@ class Executor:
         self._outcomes: list[RunOutcome] = []
         self._outcome_ready = asyncio.Event()
         self._leased: dict[int, int] = {}  # run_id -> fence of every fire we hold
+        self._next_lease_at: datetime | None = None  # the earliest retry we released
+        self._random = random.Random().random  # backoff jitter; tests may replace it
 
     def submit(self, fires: Sequence[Fire]) -> None:
         """Start each fire at its instant; returns at once (the scheduler's dispatch hook)."""
@@ -75,17 +79,15 @@ class Executor:
                 metrics.INFLIGHT.dec()
         finished = self._clock.now()
         metrics.RUN_SECONDS.observe((finished - started).total_seconds())
-        self._outcomes.append(
-            RunOutcome(
-                run_id=fire.run_id,
-                fence_token=fire.fence_token,
-                status=RunStatus.SUCCEEDED if attempt.ok else RunStatus.FAILED,
-                started_at=started,
-                finished_at=finished,
-                http_status=attempt.http_status,
-                error=attempt.error,
-            )
+        outcome = outcome_for(
+            fire,
+            attempt,
+            started=started,
+            finished=finished,
+            worker=self._config.node_id,
+            rand=self._random(),
         )
+        self._outcomes.append(outcome)
         self._outcome_ready.set()
 
     async def heartbeat(self) -> int:
@@ -106,17 +108,25 @@ class Executor:
             raise
         for outcome in batch:
             self._leased.pop(outcome.run_id, None)
-        for outcome in batch:
-            metrics.RUNS.labels(status=outcome.status.value).inc()
+            if outcome.retry_at is not None:
+                self._wake_at(outcome.retry_at)
+        _count(batch)
         if applied < len(batch):
             metrics.STALE_OUTCOMES.inc(len(batch) - applied)
             log.warning("stale outcomes rejected by fence", extra={"action": "stale_outcome"})
         return applied
 
+    def _wake_at(self, when: datetime) -> None:
+        self._next_lease_at = (
+            when if self._next_lease_at is None else min(self._next_lease_at, when)
+        )
+
     async def recover_orphans(self) -> int:
-        """Lease fires whose lease expired without an outcome, and run them."""
+        """Lease the runs whose lease is free (crashed holder, manual trigger, retry due,
+        redriven dead letter) and run them."""
+        self._next_lease_at = None
         now = self._clock.now()
-        fires = await self._store.lease_orphans(
+        fires = await self._store.lease_runs(
             now=now,
             owner=self._config.node_id,
             lease_until=now + timedelta(milliseconds=self._config.lease_ttl_ms),
@@ -134,7 +144,7 @@ class Executor:
         next_scan = next_heartbeat = 0.0
         while not stop.is_set():
             try:
-                if runs_changed.is_set() or loop.time() >= next_scan:
+                if runs_changed.is_set() or loop.time() >= next_scan or self._retry_due():
                     runs_changed.clear()
                     await self.recover_orphans()
                     next_scan = loop.time() + self._config.orphan_scan_ms / 1000
@@ -148,6 +158,9 @@ class Executor:
             await self._pause(runs_changed, stop)
         await self.drain()
 
+    def _retry_due(self) -> bool:
+        return self._next_lease_at is not None and self._clock.now() >= self._next_lease_at
+
     async def _pause(self, runs_changed: asyncio.Event, stop: asyncio.Event) -> None:
         await asyncio.sleep(self._config.flush_interval_ms / 1000)
         if self._outcomes or runs_changed.is_set() or stop.is_set():
@@ -158,14 +171,36 @@ class Executor:
             asyncio.ensure_future(stop.wait()),
         ]
         try:
-            await asyncio.wait(waiters, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiters, timeout=self._idle_s(), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in waiters:
                 waiter.cancel()
             self._outcome_ready.clear()
+
+    def _idle_s(self) -> float:
+        """Sleep at most until the earliest retry we released comes due (1 s otherwise)."""
+        if self._next_lease_at is None:
+            return 1.0
+        return min(max((self._next_lease_at - self._clock.now()).total_seconds(), 0.0), 1.0)
 
     async def drain(self) -> None:
         """Wait for in-flight fires and write their outcomes."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.flush()
+
+
+def _count(batch: Sequence[RunOutcome]) -> None:
+    for outcome in batch:
+        if outcome.status is RunStatus.PENDING:
+            metrics.RETRIES.inc()
+            continue
+        metrics.RUNS.labels(status=outcome.status.value).inc()
+        if outcome.status is RunStatus.FAILED:
+            metrics.DEAD_LETTERS.inc()
+            log.warning(
+                "occurrence dead-lettered after attempt %d: %s",
+                outcome.attempt,
+                outcome.error,
+                extra={"action": "dead_lettered", "run_id": outcome.run_id},
+            )

@@ -8,7 +8,7 @@ from typing import Any
 
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Job
-from tickwork.domain.runs import Run
+from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.errors import NotFound
 from tickwork.store.base import DueJob, JobQuery, StoreStats
 from tickwork.store.sql import rows
@@ -56,6 +56,28 @@ class SqlReads:
         if not found:
             await self.get_job(job_id)  # NotFound for a missing job, [] for a quiet one
         return [rows.run_from_row(r) for r in found]
+
+    async def next_lease_at(self) -> datetime | None:
+        found = await self._query(sql.NEXT_LEASE, {})
+        return rows.dt_or_none(found[0]["next_us"])
+
+    async def get_run(self, run_id: int) -> Run:
+        found = await self._query(sql.GET_RUN, {"id": run_id})
+        if not found:
+            raise NotFound("run", str(run_id))
+        return rows.run_from_row(found[0])
+
+    async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
+        found = await self._query(sql.LIST_ATTEMPTS, {"run_id": run_id})
+        if not found:
+            await self.get_run(run_id)
+        return [rows.attempt_from_row(r) for r in found]
+
+    async def list_dead_letters(
+        self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
+    ) -> list[Run]:
+        params = {"limit": limit, "before_id": before_id, "job_id": job_id}
+        return [rows.run_from_row(r) for r in await self._query(sql.LIST_DEAD, params)]
 
     async def stats(self) -> StoreStats:
         states = await self._query(sql.JOB_STATE_COUNTS, {})

@@ -17,8 +17,11 @@ from tickwork.domain.jobs import (
     Schedule,
     WebhookTarget,
 )
-from tickwork.domain.runs import Fire, Run, RunOrigin, RunStatus
+from tickwork.domain.retry import RetryPolicy
+from tickwork.domain.runs import AttemptRecord, Fire, Run, RunOrigin, RunOutcome, RunStatus
 from tickwork.store.base import DueJob
+
+DEFAULT_RETRY = RetryPolicy()
 
 
 class Row(Protocol):
@@ -30,7 +33,7 @@ class Row(Protocol):
 JOB_COLUMNS = (
     "id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, "
     "start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, "
-    "last_fired_us, created_us, updated_us"
+    "last_fired_us, created_us, updated_us, retry_policy"
 )
 SCHEDULE_COLUMNS = (
     "schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, start_us, end_us, "
@@ -38,7 +41,11 @@ SCHEDULE_COLUMNS = (
 )
 RUN_COLUMNS = (
     "id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, "
-    "created_us, started_us, finished_us, http_status, error"
+    "created_us, started_us, finished_us, http_status, error, dead_lettered_us, last_error"
+)
+ATTEMPT_COLUMNS = (
+    "id, run_id, job_id, attempt, fence_token, worker, started_us, finished_us, status, "
+    "http_status, error"
 )
 
 
@@ -88,7 +95,27 @@ def job_params(job: Job) -> dict[str, Any]:
         "last_fired_us": us_or_none(job.last_fired_at),
         "created_us": to_us(job.created_at),
         "updated_us": to_us(job.updated_at),
+        "retry_policy": retry_json(job.retry),
     }
+
+
+def retry_json(policy: RetryPolicy) -> str | None:
+    """None for the default policy, so most rows store nothing."""
+    if policy == DEFAULT_RETRY:
+        return None
+    return json.dumps(
+        {
+            "max_attempts": policy.max_attempts,
+            "base_delay_ms": policy.base_delay_ms,
+            "max_delay_ms": policy.max_delay_ms,
+            "multiplier": policy.multiplier,
+        },
+        separators=(",", ":"),
+    )
+
+
+def retry_from_json(text: str | None) -> RetryPolicy:
+    return DEFAULT_RETRY if text is None else RetryPolicy(**json.loads(text))
 
 
 def target_json(target: WebhookTarget) -> str:
@@ -147,6 +174,7 @@ def job_from_row(row: Row) -> Job:
         last_fired_at=dt_or_none(row["last_fired_us"]),
         created_at=from_us(row["created_us"]),
         updated_at=from_us(row["updated_us"]),
+        retry=retry_from_json(row["retry_policy"]),
     )
 
 
@@ -175,12 +203,30 @@ def run_from_row(row: Row) -> Run:
         finished_at=dt_or_none(row["finished_us"]),
         http_status=row["http_status"],
         error=row["error"],
+        dead_lettered_at=dt_or_none(row["dead_lettered_us"]),
+        last_error=row["last_error"],
+    )
+
+
+def attempt_from_row(row: Row) -> AttemptRecord:
+    return AttemptRecord(
+        id=row["id"],
+        run_id=row["run_id"],
+        job_id=row["job_id"],
+        attempt=row["attempt"],
+        fence_token=row["fence_token"],
+        worker=row["worker"],
+        started_at=from_us(row["started_us"]),
+        finished_at=from_us(row["finished_us"]),
+        status=RunStatus(row["status"]),
+        http_status=row["http_status"],
+        error=row["error"],
     )
 
 
 def fire_from_row(row: Row, lease_until: datetime) -> Fire:
     """A leased run joined with its job's target (columns id, job_id, key, scheduled_us,
-    fence_token, attempt, target)."""
+    fence_token, attempt, target, retry_policy)."""
     return Fire(
         run_id=row["id"],
         job_id=row["job_id"],
@@ -190,4 +236,25 @@ def fire_from_row(row: Row, lease_until: datetime) -> Fire:
         attempt=row["attempt"],
         target=target_from_json(row["target"]),
         lease_until=lease_until,
+        retry=retry_from_json(row["retry_policy"]),
     )
+
+
+def outcome_params(outcome: RunOutcome) -> dict[str, Any]:
+    """Parameters of FINISH_RUN / INSERT_ATTEMPT for one outcome."""
+    failed = outcome.status is RunStatus.FAILED
+    return {
+        "id": outcome.run_id,
+        "run_id": outcome.run_id,
+        "job_id": outcome.job_id,
+        "attempt": outcome.attempt,
+        "fence": outcome.fence_token,
+        "worker": outcome.worker,
+        "status": outcome.status.value,
+        "started_us": to_us(outcome.started_at),
+        "finished_us": to_us(outcome.finished_at),
+        "http_status": outcome.http_status,
+        "error": outcome.error,
+        "dead_us": to_us(outcome.finished_at) if failed else None,
+        "retry_us": us_or_none(outcome.retry_at),
+    }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tickwork.store.sql.rows import JOB_COLUMNS, RUN_COLUMNS, SCHEDULE_COLUMNS
+from tickwork.store.sql.rows import ATTEMPT_COLUMNS, JOB_COLUMNS, RUN_COLUMNS, SCHEDULE_COLUMNS
 
 _JOB_PARAMS = ", ".join(":" + c.strip() for c in JOB_COLUMNS.split(","))
 
@@ -20,7 +20,8 @@ UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
     schedule_kind = :schedule_kind, cron_expr = :cron_expr, timezone = :timezone,
     every_ms = :every_ms, anchor_us = :anchor_us, at_us = :at_us, start_us = :start_us,
     end_us = :end_us, misfire = :misfire, misfire_grace_ms = :misfire_grace_ms,
-    target = :target, next_run_us = :next_run_us, updated_us = :updated_us
+    target = :target, next_run_us = :next_run_us, updated_us = :updated_us,
+    retry_policy = :retry_policy
 WHERE id = :id AND fence_token = :fence_token
 """
 DELETE_JOB = "DELETE FROM tw_jobs WHERE id = :id"
@@ -58,6 +59,41 @@ LIST_RUNS = f"""
 SELECT {RUN_COLUMNS} FROM tw_runs
 WHERE job_id = :job_id AND (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
 ORDER BY id DESC LIMIT :limit
+"""
+GET_RUN = f"SELECT {RUN_COLUMNS} FROM tw_runs WHERE id = :id"
+LIST_ATTEMPTS = (
+    f"SELECT {ATTEMPT_COLUMNS} FROM tw_attempts WHERE run_id = :run_id ORDER BY attempt, id"
+)
+LIST_DEAD = f"""
+SELECT {RUN_COLUMNS} FROM tw_runs
+WHERE dead_lettered_us IS NOT NULL
+  AND (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
+  AND (CAST(:job_id AS TEXT) IS NULL OR job_id = :job_id)
+ORDER BY id DESC LIMIT :limit
+"""
+NEXT_LEASE = "SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'"
+# One outcome; the attempt is recorded only when this applied (the stores check the row count).
+FINISH_RUN = """
+UPDATE tw_runs SET status = :status, started_us = :started_us, finished_us = :finished_us,
+    http_status = :http_status, error = :error, last_error = :error,
+    dead_lettered_us = :dead_us, lease_owner = NULL, lease_until_us = :retry_us
+WHERE id = :id AND fence_token = :fence AND status = 'pending'
+"""
+INSERT_ATTEMPT = """
+INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
+                         status, http_status, error)
+VALUES (:run_id, :job_id, :attempt, :fence, :worker, :started_us, :finished_us, :status,
+        :http_status, :error)
+"""
+PRUNE_ATTEMPTS = """
+DELETE FROM tw_attempts WHERE id IN (
+    SELECT id FROM tw_attempts WHERE finished_us < :cutoff ORDER BY finished_us LIMIT :limit)
+"""
+PRUNE_RUNS = """
+DELETE FROM tw_runs WHERE id IN (
+    SELECT id FROM tw_runs
+    WHERE status <> 'pending' AND dead_lettered_us IS NULL AND finished_us < :cutoff
+    ORDER BY finished_us LIMIT :limit)
 """
 JOB_STATE_COUNTS = "SELECT state, count(*) AS n FROM tw_jobs GROUP BY state"
 PENDING_RUNS = "SELECT count(*) AS n FROM tw_runs WHERE status = 'pending'"

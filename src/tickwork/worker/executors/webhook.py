@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from tickwork.clock import Clock, SystemClock, utc_iso
+from tickwork.domain.retry import classify_http, http_succeeded, parse_retry_after
 from tickwork.domain.runs import Fire
 from tickwork.webhooks import sign
 from tickwork.worker.executors.ssrf import AddressPolicy, guarded_connector, refusal_of
@@ -29,9 +30,13 @@ ERROR_EXCERPT_CHARS = 500
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Attempt:
+    """What one execution produced; `retryable` and `retry_after_ms` feed the retry rules."""
+
     ok: bool
     http_status: int | None = None
     error: str | None = None
+    retryable: bool = False
+    retry_after_ms: int | None = None
 
 
 def fire_headers(fire: Fire) -> dict[str, str]:
@@ -100,16 +105,26 @@ class WebhookRunner:
                 timeout=aiohttp.ClientTimeout(total=target.timeout_s),
             ) as response:
                 await response.read()
-                if 200 <= response.status < 300:
-                    return Attempt(ok=True, http_status=response.status)
-                return Attempt(
-                    ok=False, http_status=response.status, error=f"HTTP {response.status}"
-                )
+                return self._judge(response.status, response.headers.get("retry-after"))
         except TimeoutError:
-            return Attempt(ok=False, error=f"timed out after {target.timeout_s:g} s")
+            return Attempt(
+                ok=False, error=f"timed out after {target.timeout_s:g} s", retryable=True
+            )
         except aiohttp.ClientError as exc:
             refused = refusal_of(exc)
-            if refused is not None:
+            if refused is not None:  # asking again would be refused again: not retryable
                 hint = "allow it with TICKWORK_WEBHOOK_ALLOW if this target is intended"
                 return Attempt(ok=False, error=f"refused by the SSRF guard: {refused}; {hint}")
-            return Attempt(ok=False, error=f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT_CHARS])
+            error = f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT_CHARS]
+            return Attempt(ok=False, error=error, retryable=True)
+
+    def _judge(self, status: int, retry_after: str | None) -> Attempt:
+        if http_succeeded(status):
+            return Attempt(ok=True, http_status=status)
+        return Attempt(
+            ok=False,
+            http_status=status,
+            error=f"HTTP {status}",
+            retryable=classify_http(status),
+            retry_after_ms=parse_retry_after(retry_after, self._clock.now()),
+        )

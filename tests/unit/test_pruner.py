@@ -1,0 +1,56 @@
+"""The pruner deletes old history in batches and keeps dead letters."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tickwork.clock import ManualClock
+from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
+from tickwork.domain.runs import RunOutcome, RunStatus
+from tickwork.maintenance.pruner import Pruner, PrunerConfig
+from tickwork.store.memory import MemoryStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def finished_runs(store: MemoryStore, count: int, status: RunStatus) -> list[int]:
+    ids = []
+    for n in range(count):
+        job = Job(
+            id=f"{status.value}-{n}",
+            name="j",
+            schedule=Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0)),
+            target=WebhookTarget(url="http://127.0.0.1:9/"),
+            state=JobState.PAUSED,
+            next_run_at=None,
+            created_at=T0,
+            updated_at=T0,
+        )
+        await store.create_job(job)
+        await store.add_manual_run(job.id, now=T0)
+        [fire] = await store.lease_runs(now=T0, owner="w", lease_until=T0, limit=1)
+        outcome = RunOutcome(
+            run_id=fire.run_id,
+            job_id=job.id,
+            attempt=fire.attempt,
+            fence_token=fire.fence_token,
+            status=status,
+            started_at=T0,
+            finished_at=T0,
+        )
+        assert await store.finish_runs([outcome]) == 1
+        ids.append(fire.run_id)
+    return ids
+
+
+async def test_old_history_goes_in_batches_and_dead_letters_stay() -> None:
+    store = MemoryStore()
+    await finished_runs(store, 7, RunStatus.SUCCEEDED)
+    dead = await finished_runs(store, 2, RunStatus.FAILED)
+    clock = ManualClock(T0 + timedelta(days=10))
+    pruner = Pruner(store, clock, PrunerConfig(retention=timedelta(days=30), batch_size=3))
+    assert await pruner.run_once() == 0  # nothing is older than 30 days yet
+    clock.advance(timedelta(days=21))
+    assert await pruner.run_once() == 7 + 9  # 7 runs and all 9 attempts, 3 at a time
+    assert [r.id for r in await store.list_dead_letters()] == sorted(dead, reverse=True)
+    assert await pruner.run_once() == 0
