@@ -3,6 +3,8 @@
     tickwork up                     API + scheduler + executor in one process
     tickwork db upgrade             bring the database schema up to date
     tickwork jobs <verb>            talk to a running API (create, list, get, pause, ...)
+    tickwork runs show RUN_ID       one run with its attempts
+    tickwork dlq <verb>             the dead-letter queue (list, show, redrive, purge)
     tickwork preview --cron EXPR    the next fire instants, computed locally
 
 Output is a readable table by default; `--json` prints machine output and nothing else.
@@ -16,6 +18,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -23,7 +26,7 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 
 from tickwork.clock import SystemClock, utc_iso
@@ -43,8 +46,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 jobs_app = typer.Typer(help="Create and manage jobs through the API.", no_args_is_help=True)
+runs_app = typer.Typer(help="Inspect runs through the API.", no_args_is_help=True)
+dlq_app = typer.Typer(
+    help="The dead-letter queue: runs that failed for good.", no_args_is_help=True
+)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(runs_app, name="runs")
+app.add_typer(dlq_app, name="dlq")
 app.add_typer(db_app, name="db")
 
 
@@ -140,6 +149,14 @@ _FLAGS = {
     "target.headers": "--header",
     "target.body": "--body",
     "target.timeout": "--timeout",
+    "retry": "--max-attempts/--backoff/--max-backoff",
+    "retry.max_attempts": "--max-attempts",
+    "retry.backoff": "--backoff",
+    "retry.max_backoff": "--max-backoff",
+    "run_id": "RUN_ID",
+    "job_id": "--job",
+    "limit": "--limit",
+    "before": "--before",
     "count": "--count",
     "after": "--after",
     "database_url": "--db",
@@ -293,6 +310,18 @@ def _show(data: Any, as_json: bool, render: Callable[[Any], Any]) -> None:
         _stdout().print(render(data))
 
 
+def _show_page(page: Mapping[str, Any], as_json: bool, table: Table, more: str) -> None:
+    """A list page: the table, then the command for the next page (`more` + the cursor)."""
+    if as_json:
+        _print_json(page)
+        return
+    console = _stdout()
+    console.print(table)
+    cursor = page.get("next_after") or page.get("next_before")
+    if cursor:
+        console.print(f"more: {more} {cursor}", markup=False)
+
+
 # -- jobs -------------------------------------------------------------------------------------
 
 
@@ -312,6 +341,15 @@ def jobs_create(
     body: Annotated[str | None, typer.Option(help="JSON body to send")] = None,
     timeout: Annotated[str | None, typer.Option(help="request timeout, e.g. PT10S")] = None,
     tenant: Annotated[str | None, typer.Option(help="tenant [default: default]")] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="attempts in all, 1..100 [default: 5]")
+    ] = None,
+    backoff: Annotated[
+        str | None, typer.Option(help="base retry delay, e.g. PT1S or 0 [default: PT1S]")
+    ] = None,
+    max_backoff: Annotated[
+        str | None, typer.Option(help="cap on the retry delay [default: PT5M]")
+    ] = None,
     file: Annotated[Path | None, typer.Option(help="job.json: the raw API body")] = None,
     api: ApiOpt = None,
     as_json: JsonOpt = False,
@@ -320,7 +358,8 @@ def jobs_create(
     options = {
         "name": name, "cron": cron, "tz": tz, "every": every, "at": at, "start_at": start_at,
         "end_at": end_at, "misfire": misfire, "url": url, "method": method, "header": header,
-        "body": body, "timeout": timeout, "tenant": tenant,
+        "body": body, "timeout": timeout, "tenant": tenant, "max_attempts": max_attempts,
+        "backoff": backoff, "max_backoff": max_backoff,
     }  # fmt: skip
     payload = _load_job_file(file, options) if file else _job_body(options)
     job = _client(api).call("POST", "/v1/jobs", json=payload)
@@ -341,13 +380,7 @@ def jobs_list(
     params = {"state": state, "name_prefix": name_prefix, "tenant": tenant, "after": after}
     query = {k: v for k, v in params.items() if v is not None} | {"limit": limit}
     page = _client(api).call("GET", "/v1/jobs", params=query)
-    if as_json:
-        _print_json(page)
-        return
-    console = _stdout()
-    console.print(_jobs_table(page["jobs"]))
-    if page["next_after"]:
-        console.print(f"more: tickwork jobs list --after {page['next_after']}", markup=False)
+    _show_page(page, as_json, _jobs_table(page["jobs"]), "tickwork jobs list --after")
 
 
 @jobs_app.command("get")
@@ -394,14 +427,148 @@ def jobs_runs(
     """List a job's runs, newest first."""
     query: dict[str, int] = {"limit": limit} | ({"before": before} if before else {})
     page = _client(api).call("GET", f"/v1/jobs/{job_id}/runs", params=query)
+    table = _runs_table(page["runs"], title=f"runs of job {job_id}")
+    _show_page(page, as_json, table, f"tickwork jobs runs {job_id} --before")
+
+
+# -- runs and dead letters --------------------------------------------------------------------
+
+RunIdArg = Annotated[
+    int, typer.Argument(help="the run's id", min=1, metavar="RUN_ID", show_default=False)
+]
+RunIdsArg = Annotated[
+    list[int] | None,
+    typer.Argument(help="ids of dead-lettered runs", min=1, metavar="RUN_ID", show_default=False),
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="every dead letter (of --job)")]
+JobOpt = Annotated[str | None, typer.Option("--job", help="only this job's dead letters")]
+
+
+@runs_app.command("show")
+def runs_show(run_id: RunIdArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Show one run with its attempts, oldest first."""
+    _show(_client(api).call("GET", f"/v1/runs/{run_id}"), as_json, _run_detail)
+
+
+dlq_app.command("show", help="Show one dead letter with its attempts (= `runs show`).")(runs_show)
+
+
+@dlq_app.command("list")
+def dlq_list(
+    job: JobOpt = None,
+    limit: Annotated[int, typer.Option(help="page size, 1..1000")] = 50,
+    before: Annotated[int | None, typer.Option(help="next_before of the previous page")] = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List dead letters, newest first."""
+    query = _present({"job_id": job, "before": before}) | {"limit": limit}
+    page = _client(api).call("GET", "/v1/dead-letters", params=query)
+    more = "tickwork dlq list" + (f" --job {job}" if job else "") + " --before"
+    _show_page(page, as_json, _dead_letters_table(page["dead_letters"]), more)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _DlqAction:
+    verb: str  # as typed: redrive, purge
+    done: str  # the key of the API's answer: redriven, purged
+    method: str
+    one: str  # path of one run, with {} for its id
+    every: str  # path of all of them (?job_id= narrows it)
+
+
+_REDRIVE = _DlqAction(
+    verb="redrive",
+    done="redriven",
+    method="POST",
+    one="/v1/dead-letters/{}/redrive",
+    every="/v1/dead-letters/redrive",
+)
+_PURGE = _DlqAction(
+    verb="purge",
+    done="purged",
+    method="DELETE",
+    one="/v1/dead-letters/{}",
+    every="/v1/dead-letters",
+)
+
+
+@dlq_app.command("redrive")
+def dlq_redrive(
+    run_ids: RunIdsArg = None,
+    all_: AllOpt = False,
+    job: JobOpt = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Give dead letters one more attempt: RUN_ID... or --all [--job ID]."""
+    _dlq_act(_REDRIVE, run_ids or [], all_=all_, job=job, api=api, as_json=as_json)
+
+
+@dlq_app.command("purge")
+def dlq_purge(
+    run_ids: RunIdsArg = None,
+    all_: AllOpt = False,
+    job: JobOpt = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop dead letters from the queue (they stay failed in the history): RUN_ID... or --all."""
+    _dlq_act(_PURGE, run_ids or [], all_=all_, job=job, api=api, as_json=as_json)
+
+
+def _dlq_act(
+    action: _DlqAction,
+    run_ids: Sequence[int],
+    *,
+    all_: bool,
+    job: str | None,
+    api: str | None,
+    as_json: bool,
+) -> None:
+    _check_selection(action.verb, run_ids, all_=all_, job=job)
+    client = _client(api)
+    failures: list[str] = []
+    if all_:
+        answer = client.call(action.method, action.every, params=_present({"job_id": job}))
+        count = int(answer[action.done])
+    else:
+        count, failures = _act_on_each(client, action, run_ids)
     if as_json:
-        _print_json(page)
-        return
-    console = _stdout()
-    console.print(_runs_table(page["runs"], title=f"runs of job {job_id}"))
-    if page["next_before"]:
-        hint = f"more: tickwork jobs runs {job_id} --before {page['next_before']}"
-        console.print(hint, markup=False)
+        _print_json({action.done: count})
+    else:
+        _stdout().print(f"{count} dead letter(s) {action.done}", markup=False)
+    if failures:
+        left = f"{len(failures)} of {len(set(run_ids))} not {action.done}"
+        raise CliFailure(f"{failures[0]} ({left})")
+
+
+def _check_selection(verb: str, run_ids: Sequence[int], *, all_: bool, job: str | None) -> None:
+    if all_ and run_ids:
+        raise CliFailure(f"give RUN_ID... or --all, not both (dlq {verb})")
+    if job and not all_:
+        raise CliFailure(f"--job goes with --all: `tickwork dlq {verb} --all --job {job}`")
+    if not all_ and not run_ids:
+        raise CliFailure(
+            f"give the ids of the runs to {verb}, or --all (--all --job ID: one job's)"
+        )
+
+
+def _act_on_each(
+    client: ApiClient, action: _DlqAction, run_ids: Sequence[int]
+) -> tuple[int, list[str]]:
+    """Act on each run; a refused one (4xx) does not stop the others."""
+    count, failures = 0, []
+    for run_id in dict.fromkeys(run_ids):  # once each, in the order given
+        try:
+            client.call(action.method, action.one.format(run_id))
+        except CliFailure as exc:
+            if exc.exit_code != EXIT_BAD_INPUT:
+                raise
+            failures.append(exc.message)
+        else:
+            count += 1
+    return count, failures
 
 
 # -- building a job body ----------------------------------------------------------------------
@@ -442,6 +609,13 @@ def _job_body(o: Mapping[str, Any]) -> dict[str, Any]:
     if o["timeout"]:
         target["timeout"] = _number_or_text(o["timeout"])
     job = {"name": o["name"], "schedule": _present(schedule), "target": target}
+    retry = {
+        "max_attempts": o["max_attempts"],
+        "backoff": _number_or_text(o["backoff"]),
+        "max_backoff": _number_or_text(o["max_backoff"]),
+    }
+    if any(v is not None for v in retry.values()):
+        job["retry"] = _present(retry)
     return job | ({"tenant": o["tenant"]} if o["tenant"] else {})
 
 
@@ -518,18 +692,39 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         "target": f"{target['method']} {target['url']} (timeout {target['timeout']})",
         "headers": ", ".join(f"{k}: {v}" for k, v in target["headers"].items()) or "-",
         "body": "-" if target["body"] is None else json.dumps(target["body"]),
+        "retry": _retry_text(job["retry"]),
         "next run": job["next_run_at"] or "-",
         "last fired": job["last_fired_at"] or "-",
         "fence token": str(job["fence_token"]),
         "created": job["created_at"],
         "updated": job["updated_at"],
     }
-    table = Table(show_header=False, title=f"job {job['name']}")
+    return _detail_table(f"job {job['name']}", rows)
+
+
+def _retry_text(retry: Mapping[str, Any]) -> str:
+    return (
+        f"{retry['max_attempts']} attempt(s), backoff {retry['backoff']}"
+        f" x{retry['multiplier']:g} up to {retry['max_backoff']}"
+    )
+
+
+def _detail_table(title: str, rows: Mapping[str, str]) -> Table:
+    table = Table(show_header=False, title=title)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     for key, value in rows.items():
         table.add_row(key, value)
     return table
+
+
+def _status_text(run: Mapping[str, Any]) -> str:
+    return f"{run['status']} (dead letter)" if run.get("dead_lettered_at") else run["status"]
+
+
+def _result_text(run: Mapping[str, Any]) -> str:
+    error = run.get("error") or run.get("last_error")
+    return error or (f"HTTP {run['http_status']}" if run.get("http_status") else "-")
 
 
 def _runs_table(runs: Sequence[Mapping[str, Any]], *, title: str) -> Table:
@@ -538,15 +733,68 @@ def _runs_table(runs: Sequence[Mapping[str, Any]], *, title: str) -> Table:
         table.add_column(column, no_wrap=column in ("run", "status"))
     table.add_column("result", overflow="fold")
     for r in runs:
-        result = r["error"] or (f"HTTP {r['http_status']}" if r["http_status"] else "-")
         table.add_row(
             str(r["id"]),
             r["scheduled_for"],
             r["origin"],
-            r["status"],
+            _status_text(r),
             str(r["attempt"]),
             r["started_at"] or "-",
             r["finished_at"] or "-",
-            result,
+            _result_text(r),
+        )
+    return table
+
+
+def _dead_letters_table(runs: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title=f"{len(runs)} dead letter(s)")
+    for column in ("run", "job", "scheduled for", "attempts", "dead-lettered"):
+        table.add_column(column, no_wrap=column in ("run", "job"))
+    table.add_column("last error", overflow="fold")
+    for r in runs:
+        table.add_row(
+            str(r["id"]),
+            r["job_id"],
+            r["scheduled_for"],
+            str(r["attempt"]),
+            r["dead_lettered_at"] or "-",
+            _result_text(r),
+        )
+    return table
+
+
+def _run_detail(run: Mapping[str, Any]) -> Group:
+    rows = {
+        "id": str(run["id"]),
+        "job": run["job_id"],
+        "key": run["key"],
+        "origin": run["origin"],
+        "scheduled for": run["scheduled_for"],
+        "status": _status_text(run),
+        "attempt": str(run["attempt"]),
+        "fence token": str(run["fence_token"]),
+        "created": run["created_at"],
+        "started": run["started_at"] or "-",
+        "finished": run["finished_at"] or "-",
+        "result": _result_text(run),
+        "dead-lettered": run["dead_lettered_at"] or "-",
+    }
+    return Group(_detail_table(f"run {run['id']}", rows), _attempts_table(run["attempts"]))
+
+
+def _attempts_table(attempts: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title=f"{len(attempts)} attempt(s)")
+    for column in ("#", "status", "started", "finished", "worker", "fence"):
+        table.add_column(column, no_wrap=column in ("#", "status"))
+    table.add_column("result", overflow="fold")
+    for a in attempts:
+        table.add_row(
+            str(a["attempt"]),
+            a["status"],
+            a["started_at"],
+            a["finished_at"],
+            a["worker"] or "-",
+            str(a["fence_token"]),
+            _result_text(a),
         )
     return table

@@ -15,6 +15,13 @@ Rules worth knowing (the API reference repeats them for users):
   fell while the job was paused are skipped, not replayed (a one-shot that has not fired yet
   still fires once).
 * An edit that changes the schedule recomputes `next_run_at` from now and re-arms a completed job.
+* Every job has a retry policy (`RetryPolicy()` unless one is given); an edit that gives one
+  replaces it whole. Its bounds (`MAX_ATTEMPTS`, `MAX_MULTIPLIER`) are checked here, its
+  internal consistency (max delay >= base delay) by `RetryPolicy` itself.
+* Dead letters (`DeadLetterService`): runs that failed for good. Redriving one puts it back to
+  pending, leasable at once, for one more attempt; purging takes it out of the queue and leaves
+  it failed in the history. Acting on "one job's" dead letters walks that job's queue in pages,
+  because the store acts on run ids or on the whole queue.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 import builtins
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
@@ -30,21 +37,30 @@ from urllib.parse import urlsplit
 
 from tickwork.clock import Clock
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
-from tickwork.domain.runs import Run
-from tickwork.errors import Conflict, InvalidInput, StaleJob
+from tickwork.domain.retry import RetryPolicy
+from tickwork.domain.runs import AttemptRecord, Run
+from tickwork.errors import Conflict, InvalidInput, NotFound, StaleJob
 from tickwork.store.base import JobQuery, ScheduleStore
+from tickwork.timing.durations import format_duration_ms
 from tickwork.timing.triggers import first_occurrence, validate_schedule
 
 __all__ = [
     "ANCHOR_AT_ACCEPT",
+    "MAX_ATTEMPTS",
+    "MAX_MULTIPLIER",
     "MAX_NAME_CHARS",
     "MAX_TIMEOUT_S",
+    "RETRY_API_NAMES",
     "WEBHOOK_METHODS",
+    "DeadLetterService",
     "JobPatch",
     "JobService",
     "JobSpec",
+    "NotDeadLettered",
+    "RunDetail",
     "check_webhook_url",
     "new_job_id",
+    "retry_policy",
 ]
 
 # An `EveryTrigger` anchored here is anchored at the instant the service accepts the job, read
@@ -57,6 +73,18 @@ MAX_TIMEOUT_S: Final = 300.0
 MAX_URL_CHARS: Final = 2048
 EDIT_ATTEMPTS: Final = 5  # a job claimed every millisecond still gets edited within a few
 WEBHOOK_METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+MAX_ATTEMPTS: Final = 100
+MAX_MULTIPLIER: Final = 10.0
+DLQ_PAGE: Final = 500  # run ids per store call when acting on one job's dead letters
+# RetryPolicy's field names as the API (and its error messages' `field`) spells them.
+RETRY_API_NAMES: Final = {
+    "max_attempts": "max_attempts",
+    "base_delay_ms": "backoff",
+    "max_delay_ms": "max_backoff",
+    "multiplier": "multiplier",
+}
+_ATTEMPTS_HINT: Final = f"give 1 to {MAX_ATTEMPTS} attempts (the first one included)"
+_MULTIPLIER_HINT: Final = f"give a multiplier from 1 to {MAX_MULTIPLIER:g}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,16 +95,40 @@ class JobSpec:
     schedule: Schedule
     target: WebhookTarget
     tenant: str = "default"
+    retry: RetryPolicy | None = None  # None: the default RetryPolicy()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobPatch:
-    """A partial edit: None keeps a field; a given schedule or target replaces the old one whole."""
+    """A partial edit: None keeps a field; a given schedule, target or retry policy replaces the
+    old one whole."""
 
     name: str | None = None
     tenant: str | None = None
     schedule: Schedule | None = None
     target: WebhookTarget | None = None
+    retry: RetryPolicy | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunDetail:
+    """A run with its attempt history, oldest attempt first."""
+
+    run: Run
+    attempts: list[AttemptRecord]
+
+
+class NotDeadLettered(NotFound):
+    """The run does not exist or is not in the dead-letter queue (HTTP 404)."""
+
+    code = "not_dead_lettered"
+
+    def __init__(self, run_id: int) -> None:
+        super().__init__("run", str(run_id))
+        self.args = (
+            f"run {run_id} is not a dead letter: it does not exist, or it is not in the "
+            "dead-letter queue (never failed for good, or already redriven or purged)",
+        )
 
 
 class JobService:
@@ -87,7 +139,8 @@ class JobService:
     async def create(self, spec: JobSpec) -> Job:
         now = self._clock.now()
         schedule = _anchor(spec.schedule, now)
-        _check_fields(name=spec.name, tenant=spec.tenant, target=spec.target)
+        retry = RetryPolicy() if spec.retry is None else spec.retry
+        _check_fields(name=spec.name, tenant=spec.tenant, target=spec.target, retry=retry)
         next_run_at = _first_fire(schedule, now)
         job = Job(
             id=new_job_id(now),
@@ -99,6 +152,7 @@ class JobService:
             next_run_at=next_run_at,
             created_at=now,
             updated_at=now,
+            retry=retry,
         )
         return await self._store.create_job(job)
 
@@ -146,6 +200,64 @@ class JobService:
         self, job_id: str, limit: int = 50, before_id: int | None = None
     ) -> builtins.list[Run]:
         return await self._store.list_runs(job_id, limit=limit, before_id=before_id)
+
+    async def run(self, run_id: int) -> RunDetail:
+        """One run and its attempts. Raises NotFound."""
+        run = await self._store.get_run(run_id)
+        return RunDetail(run=run, attempts=await self._store.list_attempts(run_id))
+
+
+class DeadLetterService:
+    """List, redrive and purge dead letters; `job_id` None means every job's."""
+
+    def __init__(self, store: ScheduleStore, clock: Clock, *, page: int = DLQ_PAGE) -> None:
+        self._store = store
+        self._clock = clock
+        self._page = page
+
+    async def list(
+        self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
+    ) -> builtins.list[Run]:
+        """Newest first. Raises NotFound for an unknown `job_id`."""
+        if job_id is not None:
+            await self._store.get_job(job_id)
+        return await self._store.list_dead_letters(limit=limit, before_id=before_id, job_id=job_id)
+
+    async def redrive_one(self, run_id: int) -> None:
+        """Give one dead letter another attempt. Raises NotDeadLettered."""
+        if not await self._store.redrive([run_id], now=self._clock.now()):
+            raise NotDeadLettered(run_id)
+
+    async def redrive(self, job_id: str | None = None) -> int:
+        """Give every dead letter (of `job_id`) another attempt; returns how many."""
+        now = self._clock.now()
+        return await self._each_page(job_id, lambda ids: self._store.redrive(ids, now=now))
+
+    async def purge_one(self, run_id: int) -> None:
+        """Drop one dead letter from the queue. Raises NotDeadLettered."""
+        if not await self._store.purge_dead_letters([run_id]):
+            raise NotDeadLettered(run_id)
+
+    async def purge(self, job_id: str | None = None) -> int:
+        """Drop every dead letter (of `job_id`) from the queue; returns how many."""
+        return await self._each_page(job_id, self._store.purge_dead_letters)
+
+    async def _each_page(
+        self, job_id: str | None, act: Callable[[builtins.list[int] | None], Awaitable[int]]
+    ) -> int:
+        if job_id is None:
+            return await act(None)
+        await self._store.get_job(job_id)
+        done, before = 0, None
+        while True:
+            page = await self._store.list_dead_letters(
+                limit=self._page, before_id=before, job_id=job_id
+            )
+            if page:
+                done += await act([run.id for run in page])
+            if len(page) < self._page:
+                return done
+            before = page[-1].id
 
 
 # -- ids --------------------------------------------------------------------------------------
@@ -198,7 +310,45 @@ def check_webhook_url(url: str) -> None:
         raise ValueError(f"URL has no host; {hint}")
 
 
-def _check_fields(*, name: str, tenant: str, target: WebhookTarget) -> None:
+def retry_policy(
+    *, max_attempts: int, base_delay_ms: int, max_delay_ms: int, multiplier: float
+) -> RetryPolicy:
+    """A RetryPolicy, or InvalidInput naming the field as the API spells it (`retry.backoff`).
+
+    RetryPolicy decides what is valid; this only says it in the API's words and units.
+    """
+    try:
+        policy = RetryPolicy(
+            max_attempts=max_attempts,
+            base_delay_ms=base_delay_ms,
+            max_delay_ms=max_delay_ms,
+            multiplier=multiplier,
+        )
+    except ValueError as exc:
+        name, _, detail = str(exc).partition(": ")
+        hints = {
+            "max_attempts": _ATTEMPTS_HINT,
+            "base_delay_ms": "give a backoff of PT0S or more",
+            "max_delay_ms": (
+                f"max_backoff ({format_duration_ms(max(max_delay_ms, 0))}) must be at least "
+                f"backoff ({format_duration_ms(max(base_delay_ms, 0))})"
+            ),
+            "multiplier": _MULTIPLIER_HINT,
+        }
+        field = f"retry.{RETRY_API_NAMES.get(name, name)}"
+        raise InvalidInput(field, hints.get(name, detail)) from None
+    _check_retry(policy)
+    return policy
+
+
+def _check_retry(policy: RetryPolicy) -> None:
+    if policy.max_attempts > MAX_ATTEMPTS:
+        raise InvalidInput("retry.max_attempts", _ATTEMPTS_HINT)
+    if policy.multiplier > MAX_MULTIPLIER:
+        raise InvalidInput("retry.multiplier", _MULTIPLIER_HINT)
+
+
+def _check_fields(*, name: str, tenant: str, target: WebhookTarget, retry: RetryPolicy) -> None:
     if not name.strip() or len(name) > MAX_NAME_CHARS:
         raise InvalidInput("name", f"give a name of 1 to {MAX_NAME_CHARS} characters")
     if not tenant or len(tenant) > MAX_TENANT_CHARS:
@@ -212,6 +362,7 @@ def _check_fields(*, name: str, tenant: str, target: WebhookTarget) -> None:
         raise InvalidInput("target.method", f"{target.method!r} is not one of {allowed}")
     if not 0 < target.timeout_s <= MAX_TIMEOUT_S:
         raise InvalidInput("target.timeout", "give a timeout above zero and at most PT5M")
+    _check_retry(retry)
 
 
 def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
@@ -220,9 +371,10 @@ def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
         name=job.name if patch.name is None else patch.name,
         tenant=job.tenant if patch.tenant is None else patch.tenant,
         target=job.target if patch.target is None else patch.target,
+        retry=job.retry if patch.retry is None else patch.retry,
         updated_at=now,
     )
-    _check_fields(name=edited.name, tenant=edited.tenant, target=edited.target)
+    _check_fields(name=edited.name, tenant=edited.tenant, target=edited.target, retry=edited.retry)
     if patch.schedule is not None:
         schedule = _anchor(patch.schedule, now)
         if schedule != job.schedule:

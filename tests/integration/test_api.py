@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tickwork.api.app import create_app
 from tickwork.clock import ManualClock
+from tickwork.domain.retry import RetryPolicy
 from tickwork.errors import StoreError
 from tickwork.settings import Settings
 from tickwork.store.base import JobQuery
@@ -31,7 +32,7 @@ class Api:
     store: MemoryStore
 
 
-async def _serve(store: MemoryStore) -> AsyncIterator[Api]:
+async def serve(store: MemoryStore) -> AsyncIterator[Api]:
     await store.open()
     clock = ManualClock(NOW)
     app = create_app(store=store, clock=clock, settings=Settings(max_body_bytes=MAX_BODY))
@@ -43,7 +44,7 @@ async def _serve(store: MemoryStore) -> AsyncIterator[Api]:
 
 @pytest.fixture
 async def api() -> AsyncIterator[Api]:
-    async for served in _serve(MemoryStore()):
+    async for served in serve(MemoryStore()):
         yield served
 
 
@@ -110,6 +111,7 @@ async def test_create_cron_job_returns_it_armed(api: Api) -> None:
             "body": {"report": "daily", "n": [1, 2]},
             "timeout": "PT10S",
         },
+        "retry": {"max_attempts": 5, "backoff": "PT1S", "max_backoff": "PT5M", "multiplier": 2.0},
         "next_run_at": "2026-01-16T01:00:00Z",  # 02:00 in Berlin (CET, +01:00)
         "last_fired_at": None,
         "fence_token": 0,
@@ -173,7 +175,7 @@ async def test_all_schedule_options_round_trip(api: Api) -> None:
 
 async def test_a_job_as_returned_can_be_sent_back(api: Api) -> None:
     job = await create(api)
-    resent = {k: job[k] for k in ("name", "tenant", "schedule", "target")}
+    resent = {k: job[k] for k in ("name", "tenant", "schedule", "target", "retry")}
     again = (await api.client.post("/v1/jobs", json=resent)).json()
     assert {k: again[k] for k in resent} == resent
 
@@ -262,6 +264,116 @@ async def test_patch_is_validated_like_create(api: Api) -> None:
     assert (await api.client.get(f"/v1/jobs/{job['id']}")).json() == job
 
 
+# -- retry policy -----------------------------------------------------------------------------
+
+DEFAULT_RETRY = {"max_attempts": 5, "backoff": "PT1S", "max_backoff": "PT5M", "multiplier": 2.0}
+
+
+async def test_retry_policy_round_trips_through_create_get_and_patch(api: Api) -> None:
+    retry = {"max_attempts": 3, "backoff": 0.5, "max_backoff": "PT1M", "multiplier": 3}
+    job = await create(api, retry=retry)
+    canonical = {"max_attempts": 3, "backoff": "PT0.5S", "max_backoff": "PT1M", "multiplier": 3.0}
+    assert job["retry"] == canonical
+    assert (await api.client.get(f"/v1/jobs/{job['id']}")).json()["retry"] == canonical
+    stored = await api.store.get_job(job["id"])
+    assert stored.retry == RetryPolicy(
+        max_attempts=3, base_delay_ms=500, max_delay_ms=60_000, multiplier=3.0
+    )
+
+    renamed = await api.client.patch(f"/v1/jobs/{job['id']}", json={"name": "renamed"})
+    assert renamed.json()["retry"] == canonical  # absent: unchanged
+    replaced = await api.client.patch(f"/v1/jobs/{job['id']}", json={"retry": {"multiplier": 1}})
+    assert replaced.json()["retry"] == DEFAULT_RETRY | {"multiplier": 1.0}  # given: whole
+
+
+async def test_retry_defaults_field_by_field(api: Api) -> None:
+    assert (await create(api))["retry"] == DEFAULT_RETRY
+    assert (await create(api, retry={}))["retry"] == DEFAULT_RETRY
+    job = await create(api, retry={"max_attempts": 1})
+    assert job["retry"] == DEFAULT_RETRY | {"max_attempts": 1}
+
+
+@pytest.mark.parametrize(
+    ("backoff", "max_backoff"), [("PT0S", 0), (0, "PT0S"), (0.0, "P0D"), ("PT0S", "PT1S")]
+)
+async def test_zero_backoff_means_retry_at_once(
+    api: Api, backoff: str | float, max_backoff: str | float
+) -> None:
+    job = await create(api, retry={"backoff": backoff, "max_backoff": max_backoff})
+    assert job["retry"]["backoff"] == "PT0S"
+    assert (await api.store.get_job(job["id"])).retry.base_delay_ms == 0
+
+
+@pytest.mark.parametrize(
+    ("retry", "field", "needle"),
+    [
+        ({"max_attempts": 0}, "retry.max_attempts", "greater than or equal to 1"),
+        ({"max_attempts": 101}, "retry.max_attempts", "less than or equal to 100"),
+        ({"max_attempts": "3"}, "retry.max_attempts", "integer"),
+        ({"max_attempts": 2.5}, "retry.max_attempts", "integer"),
+        ({"max_attempts": True}, "retry.max_attempts", "integer"),
+        ({"max_attempts": None}, "retry.max_attempts", "integer"),
+        ({"backoff": -1}, "retry.backoff", "cannot be negative"),
+        ({"backoff": "-PT1S"}, "retry.backoff", "positive"),
+        ({"backoff": "soon"}, "retry.backoff", "ISO-8601"),
+        ({"backoff": "P1M"}, "retry.backoff", "months"),
+        ({"backoff": True}, "retry.backoff", "duration"),
+        ({"backoff": "PT10M"}, "retry.max_backoff", "at least backoff (PT10M)"),
+        ({"max_backoff": "PT0.5S"}, "retry.max_backoff", "max_backoff (PT0.5S) must be"),
+        ({"max_backoff": "P400D"}, "retry.max_backoff", "366 days"),
+        ({"multiplier": 0.5}, "retry.multiplier", "greater than or equal to 1"),
+        ({"multiplier": 11}, "retry.multiplier", "less than or equal to 10"),
+        ({"multiplier": "2"}, "retry.multiplier", "number"),
+        ({"multiplier": False}, "retry.multiplier", "number"),
+    ],
+)
+async def test_bad_retry_fields_are_named(
+    api: Api, retry: dict[str, Any], field: str, needle: str
+) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=job_body(retry=retry)), 422)
+    assert error["field"] == field, error
+    assert needle in error["message"], error
+    job = await create(api)
+    patch = await api.client.patch(f"/v1/jobs/{job['id']}", json={"retry": retry})
+    assert error_of(patch, 422)["field"] == field
+
+
+@pytest.mark.parametrize("number", ["1e999", "NaN", "Infinity"])
+async def test_multiplier_must_be_finite(api: Api, number: str) -> None:
+    raw = json.dumps(job_body()).removesuffix("}") + f', "retry": {{"multiplier": {number}}}}}'
+    response = await api.client.post(
+        "/v1/jobs", content=raw.encode(), headers={"content-type": "application/json"}
+    )
+    error = error_of(response, 422)
+    assert (error["field"], error["message"]) == (
+        "retry.multiplier",
+        "Input should be a finite number",
+    )
+
+
+@pytest.mark.parametrize(
+    ("retry", "field", "suggestion"),
+    [
+        ({"max_retries": 3}, "retry.max_retries", "'max_attempts'"),
+        ({"max_backof": "PT1S"}, "retry.max_backof", "'max_backoff'"),
+        ({"jitter": True}, "retry.jitter", None),
+    ],
+)
+async def test_unknown_retry_fields_are_named(
+    api: Api, retry: dict[str, Any], field: str, suggestion: str | None
+) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=job_body(retry=retry)), 422)
+    assert (error["code"], error["field"]) == ("unknown_field", field)
+    if suggestion:
+        assert f"did you mean {suggestion}?" in error["message"]
+    assert "max_attempts, backoff, max_backoff, multiplier" in error["message"]
+
+
+async def test_retry_that_is_not_an_object_is_named(api: Api) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=job_body(retry=5)), 422)
+    assert error["field"] == "retry"
+
+
 async def test_pause_and_resume_skip_what_fell_while_paused(api: Api) -> None:
     job = await create(api, schedule={"cron": "0 * * * *"})
     assert job["next_run_at"] == "2026-01-15T13:00:00Z"
@@ -307,6 +419,8 @@ async def test_trigger_returns_a_pending_manual_run(api: Api) -> None:
         "finished_at": None,
         "http_status": None,
         "error": None,
+        "dead_lettered_at": None,
+        "last_error": None,
     }
     assert run["key"].startswith(job["id"])
 
@@ -394,7 +508,7 @@ class BrokenStore(MemoryStore):
 
 @pytest.fixture
 async def broken() -> AsyncIterator[Api]:
-    async for served in _serve(BrokenStore()):
+    async for served in serve(BrokenStore()):
         yield served
 
 
@@ -431,6 +545,11 @@ async def test_openapi_and_docs(api: Api) -> None:
         "/v1/jobs/{job_id}/resume",
         "/v1/jobs/{job_id}/trigger",
         "/v1/jobs/{job_id}/runs",
+        "/v1/runs/{run_id}",
+        "/v1/dead-letters",
+        "/v1/dead-letters/redrive",
+        "/v1/dead-letters/{run_id}",
+        "/v1/dead-letters/{run_id}/redrive",
         "/v1/preview",
         "/healthz",
     ):
@@ -639,6 +758,7 @@ schedule_fields = st.sampled_from(
     ["cron", "timezone", "every", "anchor", "at", "start_at", "end_at", "misfire", "misfire_grace"]
 )
 target_fields = st.sampled_from(["type", "url", "method", "headers", "body", "timeout"])
+retry_fields = st.sampled_from(["max_attempts", "backoff", "max_backoff", "multiplier"])
 tricky_text = st.sampled_from(
     ["", " ", "0 0 30 2 *", "*/0 * * * *", "PT0S", "P1Y", "9" * 40, "2026-02-30T00:00:00Z",
      "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "2199-12-31T23:59:59Z",
@@ -651,13 +771,15 @@ def job_like_bodies(draw: st.DrawFn) -> Any:
     """Mostly valid job bodies with one part replaced by something odd."""
     body = job_body(schedule={"cron": "0 2 * * *"})
     value = draw(json_values | tricky_text)
-    where = draw(st.sampled_from(["top", "schedule", "target"]))
-    if where == "schedule":
+    where = draw(st.sampled_from(["top", "schedule", "target", "retry"]))
+    if where == "retry":
+        body["retry"] = {draw(retry_fields): value}
+    elif where == "schedule":
         body["schedule"] = {**body["schedule"], draw(schedule_fields): value}
     elif where == "target":
         body["target"] = {**body["target"], draw(target_fields): value}
     else:
-        body[draw(st.sampled_from(["name", "tenant", "schedule", "target"]))] = value
+        body[draw(st.sampled_from(["name", "tenant", "schedule", "target", "retry"]))] = value
     return body
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -11,7 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import uvicorn
 from tickwork.api.app import create_app
 from tickwork.cli import run
 from tickwork.clock import ManualClock
+from tickwork.domain.runs import RunOutcome, RunStatus
 from tickwork.settings import Settings
 from tickwork.store.memory import MemoryStore
 
@@ -32,6 +34,7 @@ NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 class Server:
     url: str
     clock: ManualClock
+    store: MemoryStore
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def server() -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     _wait_until_up(url, thread)
     try:
-        yield Server(url=url, clock=clock)
+        yield Server(url=url, clock=clock, store=store)
     finally:
         http.should_exit = True
         thread.join(timeout=10)
@@ -188,6 +191,157 @@ def test_list_pages_with_a_hint(cli: Any) -> None:
     assert [j["name"] for j in rest.json()["jobs"]] == ["paged-2"]
 
 
+def test_create_with_a_retry_policy(cli: Any) -> None:
+    retry = ["--max-attempts", "3", "--backoff", "0", "--max-backoff", "PT1M"]
+    job = cli(*create_args("--every", "60", *retry, "--json")).json()
+    assert job["retry"] == {
+        "max_attempts": 3,
+        "backoff": "PT0S",
+        "max_backoff": "PT1M",
+        "multiplier": 2.0,
+    }
+    assert cli(*create_args("--every", "60", "--json")).json()["retry"]["max_attempts"] == 5
+    table = cli(*create_args("--every", "60", "--max-attempts", "2"))
+    assert "2 attempt(s), backoff PT1S x2 up to PT5M" in table.out
+
+
+# -- runs and dead letters --------------------------------------------------------------------
+
+_instants = itertools.count(1)
+
+
+def dead_letter(server: Server, job_id: str) -> int:
+    """Play a worker: a first attempt gets a 503 and is retried, the second one fails for good."""
+
+    async def fail_twice() -> int:
+        store, now = server.store, NOW + timedelta(seconds=next(_instants))
+        run = await store.add_manual_run(job_id, now=now)
+        for status in (RunStatus.PENDING, RunStatus.FAILED):
+            leased = await store.lease_runs(now=now, owner="t", lease_until=now, limit=1000)
+            (fire,) = [f for f in leased if f.run_id == run.id]
+            retry_at = now if status is RunStatus.PENDING else None
+            outcome = RunOutcome(
+                run_id=run.id, job_id=job_id, attempt=fire.attempt, fence_token=fire.fence_token,
+                status=status, started_at=now, finished_at=now, http_status=503,
+                error="HTTP 503", retry_at=retry_at, worker="worker-1",
+            )  # fmt: skip
+            assert await store.finish_runs([outcome]) == 1
+        return run.id
+
+    return asyncio.run(fail_twice())
+
+
+@pytest.fixture
+def job_id(cli: Any) -> str:
+    job_id: str = cli(*create_args("--cron", "0 2 * * *", "--json")).json()["id"]
+    return job_id
+
+
+def test_runs_show_lists_the_attempts(cli: Any, server: Server, job_id: str) -> None:
+    run_id = dead_letter(server, job_id)
+    shown = cli("runs", "show", str(run_id), "--json").json()
+    assert (shown["id"], shown["status"], shown["last_error"]) == (run_id, "failed", "HTTP 503")
+    assert [a["status"] for a in shown["attempts"]] == ["retry", "failed"]
+    assert httpx.get(f"{server.url}/v1/runs/{run_id}").json() == shown
+    table = cli("runs", "show", str(run_id))
+    assert table.code == 0
+    for text in ("failed (dead letter)", "2 attempt(s)", "retry", "worker-1", "HTTP 503"):
+        assert text in table.out
+    assert cli("dlq", "show", str(run_id)).out == table.out
+
+
+def test_dlq_list_pages_and_filters_by_job(cli: Any, server: Server, job_id: str) -> None:
+    made = [dead_letter(server, job_id) for _ in range(3)]
+    page = cli("dlq", "list", "--job", job_id, "--json").json()
+    assert [r["id"] for r in page["dead_letters"]] == made[::-1]
+    assert page["next_before"] is None
+    first = cli("dlq", "list", "--job", job_id, "--limit", "2")
+    assert f"more: tickwork dlq list --job {job_id} --before {made[1]}" in first.out
+    assert "HTTP 503" in first.out
+    rest = cli("dlq", "list", "--job", job_id, "--before", str(made[1]), "--json").json()
+    assert [r["id"] for r in rest["dead_letters"]] == [made[0]]
+    assert str(made[-1]) in cli("dlq", "list").out
+
+
+def test_dlq_redrive_by_id_and_all_of_a_job(cli: Any, server: Server, job_id: str) -> None:
+    one, two, three = (dead_letter(server, job_id) for _ in range(3))
+    assert cli("dlq", "redrive", str(one), "--json").json() == {"redriven": 1}
+    assert cli("runs", "show", str(one), "--json").json()["status"] == "pending"
+    assert cli("dlq", "redrive", str(two)).out == "1 dead letter(s) redriven\n"
+    again = cli("dlq", "redrive", str(one))
+    assert (again.code, again.out) == (2, "0 dead letter(s) redriven\n")
+    assert again.err.startswith(f"error: run {one} is not a dead letter")
+    assert again.err.endswith("(1 of 1 not redriven)\n")
+    assert cli("dlq", "redrive", "--all", "--job", job_id, "--json").json() == {"redriven": 1}
+    assert cli("dlq", "list", "--job", job_id, "--json").json()["dead_letters"] == []
+    assert three not in [r["id"] for r in cli("dlq", "list", "--json").json()["dead_letters"]]
+
+
+def test_dlq_redrive_of_some_ids_goes_on_past_a_refused_one(
+    cli: Any, server: Server, job_id: str
+) -> None:
+    run_id = dead_letter(server, job_id)
+    result = cli("dlq", "redrive", "424242", str(run_id), str(run_id), "--json")
+    assert (result.code, result.json()) == (2, {"redriven": 1})
+    assert "run 424242 is not a dead letter" in result.err
+    assert result.err.count("\n") == 1
+
+
+def test_dlq_purge_by_id_and_all(cli: Any, server: Server, job_id: str) -> None:
+    one, two = dead_letter(server, job_id), dead_letter(server, job_id)
+    assert cli("dlq", "purge", str(one), "--json").json() == {"purged": 1}
+    assert cli("runs", "show", str(one), "--json").json()["dead_lettered_at"] is None
+    assert cli("dlq", "purge", "--all", "--job", job_id).out == "1 dead letter(s) purged\n"
+    assert cli("runs", "show", str(two), "--json").json()["status"] == "failed"
+    dead_letter(server, job_id)
+    everything = cli("dlq", "purge", "--all", "--json")
+    assert (everything.code, everything.json()["purged"] >= 1) == (0, True)
+    assert cli("dlq", "list", "--json").json() == {"dead_letters": [], "next_before": None}
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["dlq", "redrive", "1", "--all"], "give RUN_ID... or --all, not both"),
+        (["dlq", "purge", "1", "2", "--all", "--job", "x"], "not both"),
+        (["dlq", "redrive"], "give the ids of the runs to redrive, or --all"),
+        (["dlq", "purge"], "give the ids of the runs to purge, or --all"),
+        (["dlq", "purge", "--job", "x"], "--job goes with --all"),
+        (["dlq", "redrive", "5", "--job", "x"], "--job goes with --all"),
+        (["dlq", "redrive", "abc"], "RUN_ID"),
+        (["dlq", "purge", "0"], "RUN_ID"),
+        (["runs", "show", "abc"], "RUN_ID"),
+        (["runs", "show", "0"], "RUN_ID"),
+        (["dlq", "list", "--limit", "0"], "limit (--limit)"),
+        (["dlq", "list", "--job", "nosuchjob"], "job 'nosuchjob' does not exist"),
+        (["runs", "show", "424242"], "run '424242' does not exist"),
+        (["dlq", "show", "424242"], "run '424242' does not exist"),
+    ],
+)
+def test_dlq_and_runs_bad_input_exits_2_with_one_line(
+    cli: Any, args: list[str], needle: str
+) -> None:
+    result = cli(*args)
+    assert (result.code, result.out) == (2, "")
+    assert result.err.startswith("error: ")
+    assert result.err.count("\n") == 1
+    assert needle in result.err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["runs", "show", "1"], ["dlq", "list"], ["dlq", "redrive", "--all"], ["dlq", "purge", "1"]],
+)
+def test_dlq_and_runs_unreachable_api_exits_1(cli: Any, args: list[str]) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    result = cli(*args, "--api", dead, api=False)
+    assert (result.code, result.out) == (1, "")
+    assert "cannot reach the tickwork API" in result.err
+
+
 # -- preview ----------------------------------------------------------------------------------
 
 
@@ -245,6 +399,10 @@ def test_local_bad_input_exits_2_with_one_line(cli: Any, args: list[str], needle
         (["--at", "2026-12-24T18:00:00"], "add Z"),
         (["--every", "30", "--header", "no-colon"], "--header"),
         (["--every", "30", "--body", "{not json"], "--body"),
+        (["--every", "30", "--max-attempts", "0"], "retry.max_attempts (--max-attempts)"),
+        (["--every", "30", "--backoff", "soon"], "retry.backoff (--backoff)"),
+        (["--every", "30", "--backoff", "PT10M"], "retry.max_backoff (--max-backoff)"),
+        (["--every", "30", "--max-attempts", "many"], "--max-attempts"),
     ],
 )
 def test_api_bad_input_exits_2_naming_the_flag(cli: Any, extra: list[str], needle: str) -> None:
@@ -265,6 +423,8 @@ def test_file_and_flags_do_not_mix(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "job.json"
     path.write_text("{}")
     assert "not both" in cli("jobs", "create", "--file", str(path), "--name", "x").err
+    both = cli("jobs", "create", "--file", str(path), "--max-attempts", "3")
+    assert "not both (--max-attempts)" in both.err
     path.write_text("[1]")
     assert "JSON object" in cli("jobs", "create", "--file", str(path)).err
     missing = cli("jobs", "create", "--file", str(tmp_path / "nope.json"))
@@ -326,5 +486,5 @@ def test_entry_point_talks_to_the_api_from_the_environment(server: Server) -> No
 def test_entry_point_help_lists_the_commands() -> None:
     result = _tickwork("--help")
     assert result.returncode == 0
-    for command in ("up", "db", "jobs", "preview"):
+    for command in ("up", "db", "jobs", "runs", "dlq", "preview"):
         assert command in result.stdout

@@ -14,7 +14,7 @@ from tickwork.api.errors import install_error_handlers
 from tickwork.api.middleware import EdgeMiddleware
 from tickwork.api.routes import ApiContext, ops, v1
 from tickwork.clock import Clock
-from tickwork.jobs import JobService
+from tickwork.jobs import DeadLetterService, JobService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
 
@@ -34,7 +34,12 @@ def create_app(*, store: ScheduleStore, clock: Clock, settings: Settings) -> Fas
         docs_url="/docs",
         redoc_url=None,
     )
-    app.state.tickwork = ApiContext(jobs=JobService(store, clock), store=store, clock=clock)
+    app.state.tickwork = ApiContext(
+        jobs=JobService(store, clock),
+        dead_letters=DeadLetterService(store, clock),
+        store=store,
+        clock=clock,
+    )
     install_error_handlers(app)
     app.include_router(v1)
     app.include_router(ops)

@@ -9,6 +9,7 @@ Which exception becomes which response:
       ... sent without a JSON type     415     "unsupported_media_type"
     body over settings.max_body_bytes  413     "body_too_large"   (api.middleware)
     NotFound / unknown route           404     "not_found"
+      ... NotDeadLettered              404     "not_dead_lettered"
     wrong method                       405     "method_not_allowed"
     Conflict                           409     "conflict"
     StoreError                         503     "store_unavailable"
@@ -27,7 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from tickwork.api.schemas import JobCreate, ScheduleIn, TargetIn
+from tickwork.api.schemas import JobCreate, RetryIn, ScheduleIn, TargetIn
 from tickwork.errors import Conflict, InvalidInput, NotFound, StoreError, TickworkError
 
 _REQUEST_PARTS = ("body", "query", "path", "header", "cookie")
@@ -36,8 +37,20 @@ _JOB_FIELDS = {
     (): list(JobCreate.model_fields),
     ("schedule",): list(ScheduleIn.model_fields),
     ("target",): list(TargetIn.model_fields),
+    ("retry",): list(RetryIn.model_fields),
 }
-_ALIASES = {"tz": "timezone", "zone": "timezone", "interval": "every", "uri": "url"}
+_ALIASES = {
+    "tz": "timezone",
+    "zone": "timezone",
+    "interval": "every",
+    "uri": "url",
+    "retries": "max_attempts",
+    "max_retries": "max_attempts",
+    "attempts": "max_attempts",
+    "delay": "backoff",
+    "base_delay": "backoff",
+    "max_delay": "max_backoff",
+}
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 _HTTP_CODES = {
     400: "malformed_json",  # FastAPI's only 400: a body it could not parse (e.g. nested too deep)

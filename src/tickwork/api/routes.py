@@ -6,12 +6,14 @@ import logging
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import tickwork.metrics  # noqa: F401 - registers the process's collectors before /metrics reads them
 from tickwork.api.errors import error_response
 from tickwork.api.schemas import (
+    MAX_RUN_ID,
+    DeadLetterList,
     ErrorOut,
     FireOut,
     Health,
@@ -21,12 +23,16 @@ from tickwork.api.schemas import (
     JobOut,
     JobUpdate,
     PreviewOut,
+    PurgeOut,
+    RedriveOut,
+    RunDetailOut,
     RunList,
     RunOut,
 )
 from tickwork.clock import Clock, utc_iso
 from tickwork.domain.jobs import JobState
-from tickwork.jobs import JobService
+from tickwork.domain.runs import Run
+from tickwork.jobs import DeadLetterService, JobService
 from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.timing.preview import preview_cron
 
@@ -38,6 +44,7 @@ class ApiContext:
     """What the handlers need, kept on `app.state.tickwork` by `create_app`."""
 
     jobs: JobService
+    dead_letters: DeadLetterService
     store: ScheduleStore
     clock: Clock
 
@@ -48,12 +55,18 @@ def _context(request: Request) -> ApiContext:
 
 
 Ctx = Annotated[ApiContext, Depends(_context)]
+RunId = Annotated[int, Path(ge=1, le=MAX_RUN_ID, description="a run's id")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
+Before = Annotated[
+    int | None, Query(ge=1, le=MAX_RUN_ID, description="next_before of the previous page")
+]
+JobFilter = Annotated[str | None, Query(max_length=64, description="only this job's")]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
     for status, description in {
         400: "Malformed JSON",
-        404: "No such job",
+        404: "No such job or run",
         409: "Conflicts with the job's state",
         413: "Body over the size limit",
         422: "Invalid input; `field` names it",
@@ -126,16 +139,59 @@ async def trigger_job(ctx: Ctx, job_id: str) -> RunOut:
 
 
 @v1.get("/jobs/{job_id}/runs", tags=["runs"])
-async def list_runs(
-    ctx: Ctx,
-    job_id: str,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    before: Annotated[int | None, Query(ge=1, description="next_before of a page")] = None,
-) -> RunList:
+async def list_runs(ctx: Ctx, job_id: str, limit: Limit = 50, before: Before = None) -> RunList:
     """Runs newest first, one page at a time."""
     runs = await ctx.jobs.runs(job_id, limit=limit + 1, before_id=before)
+    page, next_before = _page(runs, limit)
+    return RunList(runs=page, next_before=next_before)
+
+
+@v1.get("/runs/{run_id}", tags=["runs"])
+async def get_run(ctx: Ctx, run_id: RunId) -> RunDetailOut:
+    """One run with its attempts, oldest first."""
+    return RunDetailOut.of_detail(await ctx.jobs.run(run_id))
+
+
+@v1.get("/dead-letters", tags=["dead letters"])
+async def list_dead_letters(
+    ctx: Ctx, limit: Limit = 50, before: Before = None, job_id: JobFilter = None
+) -> DeadLetterList:
+    """Runs that failed for good, newest first, one page at a time."""
+    runs = await ctx.dead_letters.list(limit=limit + 1, before_id=before, job_id=job_id)
+    page, next_before = _page(runs, limit)
+    return DeadLetterList(dead_letters=page, next_before=next_before)
+
+
+@v1.post("/dead-letters/redrive", status_code=202, tags=["dead letters"])
+async def redrive_dead_letters(ctx: Ctx, job_id: JobFilter = None) -> RedriveOut:
+    """Give every dead letter (of `job_id`) one more attempt."""
+    return RedriveOut(redriven=await ctx.dead_letters.redrive(job_id))
+
+
+@v1.post("/dead-letters/{run_id}/redrive", status_code=202, tags=["dead letters"])
+async def redrive_dead_letter(ctx: Ctx, run_id: RunId) -> RedriveOut:
+    """Give one dead letter one more attempt; 404 `not_dead_lettered` if it is not one."""
+    await ctx.dead_letters.redrive_one(run_id)
+    return RedriveOut(redriven=1)
+
+
+@v1.delete("/dead-letters", tags=["dead letters"])
+async def purge_dead_letters(ctx: Ctx, job_id: JobFilter = None) -> PurgeOut:
+    """Drop every dead letter (of `job_id`) from the queue; the runs stay failed."""
+    return PurgeOut(purged=await ctx.dead_letters.purge(job_id))
+
+
+@v1.delete("/dead-letters/{run_id}", status_code=204, tags=["dead letters"])
+async def purge_dead_letter(ctx: Ctx, run_id: RunId) -> Response:
+    """Drop one dead letter from the queue; 404 `not_dead_lettered` if it is not one."""
+    await ctx.dead_letters.purge_one(run_id)
+    return Response(status_code=204)
+
+
+def _page(runs: list[Run], limit: int) -> tuple[list[RunOut], int | None]:
+    """A page of `limit` runs from `limit + 1` fetched, and the id to continue before."""
     next_before = runs[limit - 1].id if len(runs) > limit else None
-    return RunList(runs=[RunOut.of(r) for r in runs[:limit]], next_before=next_before)
+    return [RunOut.of(r) for r in runs[:limit]], next_before
 
 
 @v1.get("/preview", tags=["preview"])

@@ -38,14 +38,20 @@ from tickwork.domain.jobs import (
     Trigger,
     WebhookTarget,
 )
-from tickwork.domain.runs import Run, RunOrigin, RunStatus
+from tickwork.domain.retry import RetryPolicy
+from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
+from tickwork.errors import InvalidInput
 from tickwork.jobs import (
     ANCHOR_AT_ACCEPT,
+    MAX_ATTEMPTS,
+    MAX_MULTIPLIER,
     MAX_NAME_CHARS,
     MAX_TENANT_CHARS,
     JobPatch,
     JobSpec,
+    RunDetail,
     check_webhook_url,
+    retry_policy,
 )
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
 
@@ -83,6 +89,8 @@ def _in_range(when: datetime) -> datetime:
 Instant = Annotated[
     AwareDatetime, AfterValidator(_in_range), Field(examples=["2026-12-24T18:00:00Z"])
 ]
+# Run ids are 64-bit in the SQL stores; a larger number is refused here, not overflowed there.
+MAX_RUN_ID = 2**63 - 1
 InstantOut = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
 
@@ -186,6 +194,61 @@ class TargetIn(_Input):
         )
 
 
+def parse_delay_ms(value: str | int | float, field: str) -> int:
+    """Like `parse_duration_ms`, but zero ("PT0S", 0) is a valid delay: retry at once."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+        if value == 0:
+            return 0
+        message = f"a delay cannot be negative ({value!r}); give 0 (PT0S) or more"
+        raise InvalidInput(field, message, code="invalid_duration")
+    try:
+        return parse_duration_ms(value, field=field)
+    except InvalidInput as exc:
+        # text only fails this way when it rounds below 1 ms: a zero delay ("PT0S", "P0D")
+        if exc.code == "interval_too_short" and isinstance(value, str):
+            return 0
+        raise
+
+
+_DEFAULT_RETRY = RetryPolicy()
+
+
+class RetryIn(_Input):
+    """What to do when an attempt fails; every field is optional."""
+
+    max_attempts: int = Field(
+        _DEFAULT_RETRY.max_attempts,
+        strict=True,
+        ge=1,
+        le=MAX_ATTEMPTS,
+        description="attempts in all, the first one included",
+    )
+    backoff: Duration = Field(
+        format_duration_ms(_DEFAULT_RETRY.base_delay_ms),
+        description="base delay before the second attempt; may be PT0S",
+    )
+    max_backoff: Duration = Field(
+        format_duration_ms(_DEFAULT_RETRY.max_delay_ms),
+        description="cap on the backoff; at least `backoff`",
+    )
+    multiplier: float = Field(
+        _DEFAULT_RETRY.multiplier,
+        strict=True,
+        allow_inf_nan=False,
+        ge=1,
+        le=MAX_MULTIPLIER,
+        description="growth of the backoff per attempt",
+    )
+
+    def to_domain(self) -> RetryPolicy:
+        return retry_policy(
+            max_attempts=self.max_attempts,
+            base_delay_ms=parse_delay_ms(self.backoff, "retry.backoff"),
+            max_delay_ms=parse_delay_ms(self.max_backoff, "retry.max_backoff"),
+            multiplier=self.multiplier,
+        )
+
+
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 Tenant = Annotated[str, Field(min_length=1, max_length=MAX_TENANT_CHARS)]
 
@@ -195,6 +258,7 @@ class JobCreate(_Input):
     tenant: Tenant = "default"
     schedule: ScheduleIn
     target: TargetIn
+    retry: RetryIn | None = Field(None, description="default: 5 attempts, PT1S x2 up to PT5M")
 
     def to_domain(self) -> JobSpec:
         return JobSpec(
@@ -202,16 +266,19 @@ class JobCreate(_Input):
             tenant=self.tenant,
             schedule=self.schedule.to_domain(),
             target=self.target.to_domain(),
+            retry=self.retry.to_domain() if self.retry else None,
         )
 
 
 class JobUpdate(_Input):
-    """Only the fields given change; a given `schedule` or `target` replaces the old one whole."""
+    """Only the fields given change; a given `schedule`, `target` or `retry` replaces the old
+    one whole."""
 
     name: Name | None = None
     tenant: Tenant | None = None
     schedule: ScheduleIn | None = None
     target: TargetIn | None = None
+    retry: RetryIn | None = None
 
     def to_domain(self) -> JobPatch:
         return JobPatch(
@@ -219,6 +286,7 @@ class JobUpdate(_Input):
             tenant=self.tenant,
             schedule=self.schedule.to_domain() if self.schedule else None,
             target=self.target.to_domain() if self.target else None,
+            retry=self.retry.to_domain() if self.retry else None,
         )
 
 
@@ -288,6 +356,22 @@ class TargetOut(_Output):
         )
 
 
+class RetryOut(_Output):
+    max_attempts: int
+    backoff: str
+    max_backoff: str
+    multiplier: float
+
+    @classmethod
+    def of(cls, policy: RetryPolicy) -> RetryOut:
+        return cls(
+            max_attempts=policy.max_attempts,
+            backoff=format_duration_ms(policy.base_delay_ms),
+            max_backoff=format_duration_ms(policy.max_delay_ms),
+            multiplier=policy.multiplier,
+        )
+
+
 class JobOut(_Output):
     id: str = Field(examples=["0191b0c4d2a87f3e9c1b2a3d4e5f6a7b"])
     name: str
@@ -295,6 +379,7 @@ class JobOut(_Output):
     state: JobState
     schedule: ScheduleOut
     target: TargetOut
+    retry: RetryOut
     next_run_at: InstantOut | None
     last_fired_at: InstantOut | None
     fence_token: int
@@ -310,6 +395,7 @@ class JobOut(_Output):
             state=job.state,
             schedule=ScheduleOut.of(job.schedule),
             target=TargetOut.of(job.target),
+            retry=RetryOut.of(job.retry),
             next_run_at=_iso(job.next_run_at),
             last_fired_at=_iso(job.last_fired_at),
             fence_token=job.fence_token,
@@ -338,10 +424,16 @@ class RunOut(_Output):
     finished_at: InstantOut | None
     http_status: int | None
     error: str | None
+    dead_lettered_at: InstantOut | None = Field(description="set while in the dead-letter queue")
+    last_error: str | None = Field(description="the latest attempt's error")
 
     @classmethod
     def of(cls, run: Run) -> RunOut:
-        return cls(
+        return cls(**cls._fields_of(run))
+
+    @staticmethod
+    def _fields_of(run: Run) -> dict[str, Any]:
+        return dict(
             id=run.id,
             job_id=run.job_id,
             key=run.key,
@@ -356,12 +448,68 @@ class RunOut(_Output):
             finished_at=_iso(run.finished_at),
             http_status=run.http_status,
             error=run.error,
+            dead_lettered_at=_iso(run.dead_lettered_at),
+            last_error=run.last_error,
         )
 
 
 class RunList(_Output):
     runs: list[RunOut]
     next_before: int | None = Field(description="pass as ?before= for older runs; null: done")
+
+
+AttemptStatus = Literal["succeeded", "failed", "retry"]
+_ATTEMPT_STATUS: dict[RunStatus, AttemptStatus] = {
+    RunStatus.SUCCEEDED: "succeeded",
+    RunStatus.FAILED: "failed",
+    RunStatus.PENDING: "retry",  # the attempt failed and another one was scheduled
+}
+
+
+class AttemptOut(_Output):
+    attempt: int
+    fence_token: int
+    worker: str | None
+    started_at: InstantOut
+    finished_at: InstantOut
+    status: AttemptStatus = Field(description="retry: failed, and another attempt followed")
+    http_status: int | None
+    error: str | None
+
+    @classmethod
+    def of(cls, record: AttemptRecord) -> AttemptOut:
+        return cls(
+            attempt=record.attempt,
+            fence_token=record.fence_token,
+            worker=record.worker,
+            started_at=utc_iso(record.started_at),
+            finished_at=utc_iso(record.finished_at),
+            status=_ATTEMPT_STATUS[record.status],
+            http_status=record.http_status,
+            error=record.error,
+        )
+
+
+class RunDetailOut(RunOut):
+    attempts: list[AttemptOut] = Field(description="oldest first")
+
+    @classmethod
+    def of_detail(cls, detail: RunDetail) -> RunDetailOut:
+        attempts = [AttemptOut.of(a) for a in detail.attempts]
+        return cls(**cls._fields_of(detail.run), attempts=attempts)
+
+
+class DeadLetterList(_Output):
+    dead_letters: list[RunOut]
+    next_before: int | None = Field(description="pass as ?before= for older ones; null: done")
+
+
+class RedriveOut(_Output):
+    redriven: int
+
+
+class PurgeOut(_Output):
+    purged: int
 
 
 class FireOut(_Output):

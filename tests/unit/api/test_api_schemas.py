@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
 
-from tickwork.api.schemas import JobCreate, JobOut, JobUpdate, ScheduleOut
+from tickwork.api.schemas import (
+    AttemptOut,
+    JobCreate,
+    JobOut,
+    JobUpdate,
+    RetryIn,
+    RetryOut,
+    RunDetailOut,
+    RunOut,
+    ScheduleOut,
+    parse_delay_ms,
+)
 from tickwork.domain.jobs import (
     AtTrigger,
     CronTrigger,
@@ -18,8 +30,10 @@ from tickwork.domain.jobs import (
     Schedule,
     WebhookTarget,
 )
+from tickwork.domain.retry import RetryPolicy
+from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
 from tickwork.errors import InvalidInput
-from tickwork.jobs import ANCHOR_AT_ACCEPT, JobPatch
+from tickwork.jobs import ANCHOR_AT_ACCEPT, JobPatch, RunDetail
 
 T0 = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 
@@ -127,3 +141,124 @@ def test_job_out_renders_times_in_utc_with_z() -> None:
     assert out["last_fired_at"] == "2026-01-15T12:00:00Z"
     assert out["next_run_at"] is None
     assert out["target"]["timeout"] == "PT0.25S"
+
+
+# -- retry policy -----------------------------------------------------------------------------
+
+
+def test_retry_body_maps_to_a_policy_with_defaults_for_what_is_absent() -> None:
+    assert RetryIn.model_validate({}).to_domain() == RetryPolicy()
+    given = {"max_attempts": 3, "backoff": "PT0.5S", "max_backoff": 90, "multiplier": 1.5}
+    assert RetryIn.model_validate(given).to_domain() == RetryPolicy(
+        max_attempts=3, base_delay_ms=500, max_delay_ms=90_000, multiplier=1.5
+    )
+
+
+def test_create_without_retry_leaves_it_to_the_service() -> None:
+    body = {"name": "n", "schedule": {"every": 5}, "target": {"url": "https://x.test"}}
+    assert JobCreate.model_validate(body).to_domain().retry is None
+    with_retry = JobCreate.model_validate(body | {"retry": {"max_attempts": 1}}).to_domain()
+    assert with_retry.retry == RetryPolicy(max_attempts=1)
+    assert JobUpdate.model_validate({"retry": {}}).to_domain() == JobPatch(retry=RetryPolicy())
+
+
+@pytest.mark.parametrize(
+    ("value", "ms"),
+    [(0, 0), (0.0, 0), ("PT0S", 0), ("P0D", 0), ("PT0.0001S", 0), ("PT1S", 1000), (2.5, 2500)],
+)
+def test_delays_may_be_zero(value: str | float, ms: int) -> None:
+    assert parse_delay_ms(value, "retry.backoff") == ms
+
+
+@pytest.mark.parametrize("value", [-1, -0.5, float("-inf"), "-PT1S", "soon", True])
+def test_bad_delays_name_their_field(value: str | float) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_delay_ms(value, "retry.max_backoff")
+    assert caught.value.field == "retry.max_backoff"
+
+
+def test_retry_out_formats_durations() -> None:
+    policy = RetryPolicy(max_attempts=2, base_delay_ms=0, max_delay_ms=90_000, multiplier=1.0)
+    assert RetryOut.of(policy).model_dump() == {
+        "max_attempts": 2,
+        "backoff": "PT0S",
+        "max_backoff": "PT1M30S",
+        "multiplier": 1.0,
+    }
+
+
+# -- runs and attempts ------------------------------------------------------------------------
+
+
+def _run(**changes: object) -> Run:
+    run = Run(
+        id=7,
+        job_id="j",
+        key="j:1",
+        origin=RunOrigin.SCHEDULE,
+        scheduled_for=T0,
+        status=RunStatus.FAILED,
+        attempt=2,
+        fence_token=4,
+        coalesced=0,
+        created_at=T0,
+        started_at=T0,
+        finished_at=T0,
+        http_status=500,
+        error="HTTP 500",
+        dead_lettered_at=datetime(2026, 1, 15, 12, 0, 0, 5000, tzinfo=UTC),
+        last_error="HTTP 500",
+    )
+    return replace(run, **changes)  # type: ignore[arg-type]
+
+
+def _attempt(status: RunStatus) -> AttemptRecord:
+    return AttemptRecord(
+        id=1,
+        run_id=7,
+        job_id="j",
+        attempt=1,
+        fence_token=3,
+        worker=None,
+        started_at=T0,
+        finished_at=T0,
+        status=status,
+        http_status=None,
+        error="timed out",
+    )
+
+
+def test_run_out_has_the_dead_letter_fields() -> None:
+    out = RunOut.of(_run()).model_dump()
+    assert (out["dead_lettered_at"], out["last_error"]) == ("2026-01-15T12:00:00.005Z", "HTTP 500")
+    assert RunOut.of(_run(dead_lettered_at=None)).model_dump()["dead_lettered_at"] is None
+
+
+@pytest.mark.parametrize(
+    ("status", "shown"),
+    [
+        (RunStatus.PENDING, "retry"),
+        (RunStatus.FAILED, "failed"),
+        (RunStatus.SUCCEEDED, "succeeded"),
+    ],
+)
+def test_attempt_status_says_retry_for_a_retried_attempt(status: RunStatus, shown: str) -> None:
+    assert AttemptOut.of(_attempt(status)).status == shown
+
+
+def test_run_detail_is_the_run_plus_its_attempts() -> None:
+    detail = RunDetail(run=_run(), attempts=[_attempt(RunStatus.PENDING)])
+    out = RunDetailOut.of_detail(detail).model_dump()
+    assert {k: v for k, v in out.items() if k != "attempts"} == RunOut.of(_run()).model_dump()
+    assert out["attempts"] == [
+        {
+            "attempt": 1,
+            "fence_token": 3,
+            "worker": None,
+            "started_at": "2026-01-15T12:00:00Z",
+            "finished_at": "2026-01-15T12:00:00Z",
+            "status": "retry",
+            "http_status": None,
+            "error": "timed out",
+        }
+    ]

@@ -17,9 +17,18 @@ from tickwork.domain.jobs import (
     Schedule,
     WebhookTarget,
 )
-from tickwork.domain.runs import RunOrigin, RunStatus
+from tickwork.domain.retry import RetryPolicy
+from tickwork.domain.runs import RunOrigin, RunOutcome, RunStatus
 from tickwork.errors import Conflict, InvalidInput, NotFound
-from tickwork.jobs import ANCHOR_AT_ACCEPT, JobPatch, JobService, JobSpec
+from tickwork.jobs import (
+    ANCHOR_AT_ACCEPT,
+    DeadLetterService,
+    JobPatch,
+    JobService,
+    JobSpec,
+    NotDeadLettered,
+    retry_policy,
+)
 from tickwork.store.base import JobQuery
 from tickwork.store.memory import MemoryStore
 
@@ -188,6 +197,144 @@ async def test_delete_then_everything_is_not_found(service: JobService) -> None:
     for call in (service.get, service.pause, service.resume, service.trigger, service.delete):
         with pytest.raises(NotFound):
             await call(job.id)
+
+
+# -- retry policy -----------------------------------------------------------------------------
+
+
+async def test_a_job_gets_the_default_retry_policy_unless_given_one(service: JobService) -> None:
+    assert (await service.create(spec(AtTrigger(at=NOW)))).retry == RetryPolicy()
+    policy = RetryPolicy(max_attempts=2, base_delay_ms=0, max_delay_ms=0, multiplier=1.0)
+    job = await service.create(replace(spec(AtTrigger(at=NOW)), retry=policy))
+    assert (await service.get(job.id)).retry == policy
+
+
+async def test_an_edit_keeps_or_replaces_the_retry_policy(service: JobService) -> None:
+    policy = RetryPolicy(max_attempts=2)
+    job = await service.create(replace(spec(AtTrigger(at=NOW)), retry=policy))
+    assert (await service.update(job.id, JobPatch(name="renamed"))).retry == policy
+    replaced = await service.update(job.id, JobPatch(retry=RetryPolicy(max_attempts=9)))
+    assert replaced.retry == RetryPolicy(max_attempts=9)
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        (RetryPolicy(max_attempts=101), "retry.max_attempts"),
+        (RetryPolicy(multiplier=10.5), "retry.multiplier"),
+    ],
+)
+async def test_retry_bounds_hold_for_every_caller(
+    service: JobService, policy: RetryPolicy, field: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        await service.create(replace(spec(AtTrigger(at=NOW)), retry=policy))
+    assert caught.value.field == field
+    job = await service.create(spec(AtTrigger(at=NOW)))
+    with pytest.raises(InvalidInput):
+        await service.update(job.id, JobPatch(retry=policy))
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"max_attempts": 0}, "retry.max_attempts", "give 1 to 100 attempts"),
+        ({"max_attempts": 101}, "retry.max_attempts", "give 1 to 100 attempts"),
+        ({"base_delay_ms": -1, "max_delay_ms": 0}, "retry.backoff", "PT0S or more"),
+        (
+            {"base_delay_ms": 2000, "max_delay_ms": 1500},
+            "retry.max_backoff",
+            "max_backoff (PT1.5S) must be at least backoff (PT2S)",
+        ),
+        ({"multiplier": 0.5}, "retry.multiplier", "from 1 to 10"),
+        ({"multiplier": float("nan")}, "retry.multiplier", "from 1 to 10"),
+        ({"multiplier": 11.0}, "retry.multiplier", "from 1 to 10"),
+    ],
+)
+def test_retry_policy_errors_use_the_api_names(
+    fields: dict[str, float], field: str, message: str
+) -> None:
+    values = {"max_attempts": 5, "base_delay_ms": 1000, "max_delay_ms": 300_000, "multiplier": 2.0}
+    with pytest.raises(InvalidInput) as caught:
+        retry_policy(**(values | fields))  # type: ignore[arg-type]
+    assert caught.value.field == field
+    assert message in caught.value.message
+
+
+# -- runs and dead letters --------------------------------------------------------------------
+
+
+async def _dead_letter(store: MemoryStore, job_id: str, now: datetime) -> int:
+    run = await store.add_manual_run(job_id, now=now)
+    fires = await store.lease_runs(now=now, owner="w", lease_until=now, limit=100)
+    (fire,) = [f for f in fires if f.run_id == run.id]
+    outcome = RunOutcome(
+        run_id=run.id,
+        job_id=job_id,
+        attempt=fire.attempt,
+        fence_token=fire.fence_token,
+        status=RunStatus.FAILED,
+        started_at=now,
+        finished_at=now,
+        error="connection refused",
+    )
+    assert await store.finish_runs([outcome]) == 1
+    return run.id
+
+
+async def test_run_detail_has_the_attempts(service: JobService, store: MemoryStore) -> None:
+    job = await service.create(spec(CronTrigger(expr="0 2 * * *")))
+    run_id = await _dead_letter(store, job.id, NOW)
+    detail = await service.run(run_id)
+    assert (detail.run.id, detail.run.dead_lettered_at) == (run_id, NOW)
+    assert [(a.attempt, a.status) for a in detail.attempts] == [(1, RunStatus.FAILED)]
+    with pytest.raises(NotFound):
+        await service.run(run_id + 1)
+
+
+@pytest.mark.parametrize("act", ["redrive", "purge"])
+async def test_one_jobs_dead_letters_are_walked_page_by_page(
+    service: JobService, store: MemoryStore, clock: ManualClock, act: str
+) -> None:
+    dead = DeadLetterService(store, clock, page=2)
+    mine = await service.create(spec(CronTrigger(expr="0 2 * * *")))
+    other = await service.create(spec(CronTrigger(expr="0 3 * * *")))
+    for n in range(5):
+        await _dead_letter(store, mine.id, NOW + timedelta(seconds=n))
+    kept = await _dead_letter(store, other.id, NOW)
+    assert await getattr(dead, act)(mine.id) == 5
+    assert [r.id for r in await dead.list()] == [kept]
+    assert await getattr(dead, act)(mine.id) == 0
+
+
+async def test_a_page_size_multiple_stops_after_an_empty_page(
+    service: JobService, store: MemoryStore, clock: ManualClock
+) -> None:
+    dead = DeadLetterService(store, clock, page=2)
+    job = await service.create(spec(CronTrigger(expr="0 2 * * *")))
+    for n in range(4):
+        await _dead_letter(store, job.id, NOW + timedelta(seconds=n))
+    assert await dead.redrive(job.id) == 4
+    assert await dead.list(job_id=job.id) == []
+
+
+async def test_redrive_and_purge_of_one_say_when_it_is_not_a_dead_letter(
+    service: JobService, store: MemoryStore, clock: ManualClock
+) -> None:
+    dead = DeadLetterService(store, clock)
+    job = await service.create(spec(CronTrigger(expr="0 2 * * *")))
+    run_id = await _dead_letter(store, job.id, NOW)
+    clock.advance(timedelta(seconds=5))
+    await dead.redrive_one(run_id)
+    fires = await store.lease_runs(now=clock.now(), owner="w", lease_until=NOW, limit=10)
+    assert [(f.run_id, f.attempt) for f in fires] == [(run_id, 2)]
+    for call in (dead.redrive_one, dead.purge_one):
+        with pytest.raises(NotDeadLettered) as caught:
+            await call(run_id)
+        assert caught.value.code == "not_dead_lettered"
+        assert isinstance(caught.value, NotFound)
+    with pytest.raises(NotFound):
+        await dead.redrive("nosuchjob")
 
 
 async def test_an_edit_racing_a_claim_is_reapplied_and_keeps_the_claim() -> None:
