@@ -307,6 +307,38 @@ def test_backends_declare_their_dedupe_capability() -> None:
     assert RedisQueue.dedupes is False
 
 
+# -- setup is idempotent -----------------------------------------------------------------------
+
+
+async def test_open_is_idempotent_and_concurrent(queues: QueueKit) -> None:
+    # Several worker processes start at once against a fresh server.
+    racing = [queues.build(visibility_s=VISIBILITY_S) for _ in range(4)]
+    await asyncio.gather(*(queue.open() for queue in racing))
+    queues.opened.extend(q for q in racing if q not in queues.opened)
+    await racing[0].publish([envelope(1)])
+    got = await fetch_until(racing[-1], 1)
+    assert ids(got) == [envelope(1).msg_id]
+    await racing[-1].ack(got)
+
+
+async def test_nats_open_updates_the_consumer_to_the_new_visibility(
+    throwaway_nats: ThrowawayNats,
+) -> None:
+    names = unique_names("nats")
+    old = NatsQueue(throwaway_nats.url, visibility_s=1, **names)
+    new = NatsQueue(throwaway_nats.url, visibility_s=7, dedupe_window_s=30, **names)
+    await old.open()
+    await new.open()
+    try:
+        await new.publish([envelope(1)])
+        await fetch_until(new, 1)
+        # Redelivery now follows the new AckWait (7 s), not the old one (1 s).
+        assert await old.fetch(10, timeout_s=2.0) == []
+    finally:
+        await old.close()
+        await new.close()
+
+
 # -- restarts (a private server per test: these kill it) ----------------------------------------
 
 
@@ -326,8 +358,10 @@ async def test_nats_messages_survive_a_server_crash(restartable_nats: ThrowawayN
             e for e in sent if e.msg_id not in {acked.envelope.msg_id, in_flight.envelope.msg_id}
         )
 
-        restartable_nats.stop(kill=True)  # SIGKILL: no shutdown, no final flush
-        restartable_nats.start()  # same port, same store dir
+        # SIGKILL (no shutdown, no final flush), then start on the same port and store dir.
+        # In a thread: the client must see the connection drop while it happens.
+        await asyncio.to_thread(restartable_nats.stop, kill=True)
+        await asyncio.to_thread(restartable_nats.start)
 
         # Msg ids of messages still in the stream are remembered across the restart: a
         # scheduler re-publishing one is dropped. (The client buffers this until reconnected.)
@@ -362,8 +396,8 @@ async def test_redis_without_persistence_loses_messages_on_restart_and_recovers(
         await queue.publish([envelope(n) for n in range(3)])
         assert await queue.depth() == 3
 
-        restartable_redis.stop(kill=True)
-        restartable_redis.start()
+        await asyncio.to_thread(restartable_redis.stop, kill=True)
+        await asyncio.to_thread(restartable_redis.start)
 
         # Honest: the throwaway server runs without RDB/AOF, so the stream, its group and the
         # delayed set are gone. The store's reaper re-publishes runs whose lease expired.

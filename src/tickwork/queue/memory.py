@@ -44,7 +44,7 @@ class MemoryQueue:
     """In-process queue with the contract's visibility, retry and dedupe semantics."""
 
     dedupes = True  # a msg_id published again within dedupe_window_s is dropped
-    durable = False  # nothing survives the process
+    survives_restart = False  # nothing survives the process
 
     def __init__(self, visibility_s: float = 30, *, dedupe_window_s: float = 120) -> None:
         if visibility_s <= 0:

@@ -13,19 +13,24 @@ How the contract maps onto JetStream:
     publish       js publish, concurrently, header Nats-Msg-Id = envelope.msg_id: the server
                   drops a repeat within the duplicate window (a scheduler re-publishing after
                   a crash). Every PubAck is checked.
-    fetch         pull fetch; a timeout is an empty batch. deliveries = num_delivered.
+    fetch         one pull request (no_wait + expires, see `_pull`): waits up to timeout_s
+                  for the first message, returns what is there. deliveries = num_delivered.
     extend        +WPI (in_progress): restarts AckWait.
     ack           +ACK, then a flush so the server has it when we return.
     retry_later   -NAK with delay: redelivered no earlier than delay_s, num_delivered + 1.
     depth         messages in the stream (work-queue: published and not yet acked).
 
-Durability: the stream is on disk (-sd), so messages and the consumer survive a server
-restart; but JetStream acknowledges before fsync (sync_interval, 2 min by default), so a
-machine crash can lose the newest messages. The store's reaper repairs that (queue/base.py).
+Durability: the stream is on disk (-sd), so unacked messages and the consumer survive a
+server restart, even a SIGKILL. An ack that had not reached the disk when the server was
+killed can be lost, so an acked message may be delivered once more after a crash. JetStream
+acknowledges a publish before fsync (sync_interval, 2 min by default): a machine crash can
+lose the newest messages. The store's reaper repairs losses; the run ledger absorbs repeats.
 
-Connection: nats-py reconnects forever (`reconnect_time_wait_s` between attempts); while it
-is disconnected, operations raise `QueueUnavailable` and publishes are buffered up to
-`publish_timeout_s`. nats-py exceptions are translated into `tickwork.queue.errors`.
+Connection: nats-py reconnects forever (`reconnect_time_wait_s` between attempts). While it
+is disconnected, fetch and publish wait for the reconnect up to their timeout
+(`timeout_s`, `publish_timeout_s`) and then raise `QueueUnavailable`; a publish that was on
+the wire when the connection broke fails the same way (its PubAck never comes). nats-py
+exceptions are translated into `tickwork.queue.errors` at this boundary.
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ class NatsQueue:
     """The `Queue` contract on a JetStream work-queue stream with one durable pull consumer."""
 
     dedupes = True  # Nats-Msg-Id within the stream's duplicate window
-    durable = True  # file storage: survives a server restart (not an fsync-less machine crash)
+    survives_restart = True  # file storage (a machine crash before fsync can still lose some)
 
     def __init__(
         self,
@@ -190,6 +195,9 @@ class NatsQueue:
         if not envelopes:
             return
         js = self._context()
+        # nats-py buffers a publish made while reconnecting, but such a message can be lost
+        # in the reconnect (its PubAck never comes): wait for the connection instead.
+        await self._wait_connected("publish", self.publish_timeout_s)
         futures: list[asyncio.Future[Any]] = []
 
         async def publish_all() -> list[Any]:

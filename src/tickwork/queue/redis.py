@@ -48,6 +48,7 @@ import redis.asyncio as aioredis
 import redis.exceptions
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.typing import EncodableT, FieldT
 
 from tickwork.queue.base import Envelope, Received
 from tickwork.queue.errors import QueueError, QueueUnavailable
@@ -137,7 +138,7 @@ class RedisQueue:
     """The `Queue` contract on a Redis stream with one consumer group."""
 
     dedupes = False  # no idempotent XADD before Redis 8.2: a repeated msg_id is delivered twice
-    durable = False  # only as durable as the server's RDB/AOF settings
+    survives_restart = False  # only with RDB/AOF configured on the server
 
     def __init__(
         self,
@@ -221,11 +222,11 @@ class RedisQueue:
         async def run() -> None:
             async with client.pipeline(transaction=False) as pipe:
                 for envelope in envelopes:
-                    fields: dict[str | bytes, bytes | str] = {
+                    fields: dict[FieldT, EncodableT] = {
                         "e": envelope.encode(),
                         "id": envelope.msg_id,
                     }
-                    pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)  # type: ignore[arg-type]
+                    pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
                 await pipe.execute()
 
         await self._call("publish", run)
