@@ -10,6 +10,7 @@ import pytest
 
 from tickwork.clock import SystemClock, utc_iso
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
+from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import RunStatus
 from tickwork.store.base import ClaimPlan
 from tickwork.store.sqlite import SqliteStore
@@ -43,6 +44,7 @@ async def add_job(store: SqliteStore, n: int, url: str, at: datetime) -> Job:
         name=f"j{n}",
         schedule=Schedule(trigger=EveryTrigger(interval_ms=60_000, anchor=at)),
         target=WebhookTarget(url=url, headers={"x-custom": "yes"}, body=[1, 2]),
+        retry=RetryPolicy(max_attempts=1),  # one attempt: failures are final here
         state=JobState.SCHEDULED,
         next_run_at=at,
         created_at=at,

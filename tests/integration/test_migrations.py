@@ -21,9 +21,18 @@ from tickwork.settings import sqlite_path
 from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revision, upgrade
 from tickwork.testing import ThrowawayPostgres, free_port
 
-HEAD = "0001"
-SCHEMA_TABLES = {"tw_jobs", "tw_runs", VERSION_TABLE}
-SCHEMA_INDEXES = {"tw_jobs_due", "tw_jobs_tenant_name", "tw_runs_job", "tw_runs_pending"}
+HEAD = "0002"  # the newest migration; bump it with every new revision
+SCHEMA_TABLES = {"tw_jobs", "tw_runs", "tw_attempts", VERSION_TABLE}
+SCHEMA_INDEXES = {
+    "tw_jobs_due",
+    "tw_jobs_tenant_name",
+    "tw_runs_job",
+    "tw_runs_pending",
+    "tw_runs_dead",
+    "tw_runs_finished",
+    "tw_attempts_run",
+    "tw_attempts_finished",
+}
 
 # Each child imports everything first, says "ready", and starts upgrading only on "go": the
 # parent releases all of them at once, so they really race for the fresh database.
