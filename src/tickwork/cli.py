@@ -183,18 +183,47 @@ def _settings_message(exc: ValidationError) -> str:
 # -- server-side commands ---------------------------------------------------------------------
 
 
-@app.command()
-def up(
-    db: Annotated[str | None, typer.Option("--db", help="database URL")] = None,
-    host: Annotated[str | None, typer.Option(help="address to listen on")] = None,
-    port: Annotated[int | None, typer.Option(help="port to listen on")] = None,
-) -> None:
-    """Run the API, the scheduler and the executor in one process."""
-    from tickwork.runtime.up import run_up
+DbOpt = Annotated[str | None, typer.Option("--db", help="database URL")]
+HostOpt = Annotated[str | None, typer.Option(help="address to listen on")]
+PortOpt = Annotated[int | None, typer.Option(help="port to listen on")]
+
+
+def _serve(roles: frozenset[str], db: str | None, host: str | None, port: int | None) -> None:
+    from tickwork.runtime.up import Role, run_up
 
     overrides = {"database_url": db, "host": host, "port": port}
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
-    run_up(settings)
+    run_up(settings, frozenset(Role(r) for r in roles))
+
+
+@app.command()
+def up(db: DbOpt = None, host: HostOpt = None, port: PortOpt = None) -> None:
+    """Run the API, the scheduler and the executor in one process."""
+    _serve(frozenset({"api", "scheduler", "worker"}), db, host, port)
+
+
+@app.command()
+def api(db: DbOpt = None, host: HostOpt = None, port: PortOpt = None) -> None:
+    """Run only the HTTP API (any number of API processes may share a store)."""
+    _serve(frozenset({"api"}), db, host, port)
+
+
+@app.command()
+def scheduler(db: DbOpt = None, host: HostOpt = None, port: PortOpt = 0) -> None:
+    """Run only a scheduler, handing fires to workers through the store.
+
+    /healthz and /metrics are served on --port (default: a free port, printed).
+    """
+    _serve(frozenset({"scheduler"}), db, host, port)
+
+
+@app.command()
+def worker(db: DbOpt = None, host: HostOpt = None, port: PortOpt = 0) -> None:
+    """Run only a worker, leasing fires from the store and executing them.
+
+    /healthz and /metrics are served on --port (default: a free port, printed).
+    """
+    _serve(frozenset({"worker"}), db, host, port)
 
 
 @db_app.command("upgrade")

@@ -22,6 +22,7 @@ from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import RunOrigin, RunOutcome, RunStatus, occurrence_key
 from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import ClaimPlan, JobQuery, ScheduleStore
+from tickwork.store.sqlite import SqliteStore
 
 from .conftest import StoreFactory, open_store
 
@@ -553,3 +554,34 @@ async def test_unknown_runs_raise_not_found(store: ScheduleStore) -> None:
         await store.get_run(424242)
     with pytest.raises(NotFound):
         await store.list_attempts(424242)
+
+
+async def test_a_hand_off_leaves_the_run_for_any_worker_at_its_instant(
+    make_store: StoreFactory, opened: list[ScheduleStore]
+) -> None:
+    scheduler_side = await open_store(make_store, opened)
+    worker_side = await open_store(make_store, opened)
+    job = make_job(1, next_run_at=T0 + 5 * SEC)
+    await scheduler_side.create_job(job)
+    woken = worker_side.watch("runs")
+    plan = plan_for(job, new_next=T0 + 6 * SEC)
+    [fire] = await scheduler_side.claim(
+        [plan], owner="sched", lease_until=T0 + 99 * SEC, now=T0, hand_off=True
+    )
+    assert fire.lease_until == T0 + 5 * SEC
+    if not isinstance(worker_side, SqliteStore):  # SQLite cannot tell another connection
+        await asyncio.wait_for(woken.wait(), 5)
+    assert await worker_side.next_lease_at() == T0 + 5 * SEC
+    early = await worker_side.lease_runs(
+        now=T0 + 4 * SEC, owner="w", lease_until=T0 + 9 * SEC, limit=5
+    )
+    assert early == []
+    [leased] = await worker_side.lease_runs(
+        now=T0 + 5 * SEC, owner="w", lease_until=T0 + 9 * SEC, limit=5
+    )
+    assert (leased.run_id, leased.attempt, leased.fence_token) == (
+        fire.run_id,
+        1,
+        fire.fence_token + 1,
+    )
+    assert await worker_side.finish_runs([outcome(leased)]) == 1

@@ -16,8 +16,11 @@ from tickwork.testing import free_port
 
 @dataclass
 class UpProcess:
+    """`tickwork up` by default; `command` runs `tickwork api|scheduler|worker` instead."""
+
     db_url: str
     extra_env: dict[str, str] = field(default_factory=dict)
+    command: str = "up"
     port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
     banner: str = ""
@@ -34,7 +37,7 @@ class UpProcess:
             **self.extra_env,
         }
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tickwork", "up",
+            sys.executable, "-m", "tickwork", self.command,
             "--db", self.db_url, "--port", str(self.port),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -39,6 +39,8 @@ class Receiver:
     statuses: dict[str, int | list[int]] = field(default_factory=dict)
     deliveries: list[Delivery] = field(default_factory=list)
     retry_after: dict[str, str] = field(default_factory=dict)  # path -> Retry-After header
+    hold: dict[str, int] = field(default_factory=dict)  # path -> how many requests to hang
+    _held: dict[str, list[asyncio.Event]] = field(default_factory=dict)
     port: int = 0
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _runner: web.AppRunner | None = None
@@ -75,6 +77,11 @@ class Receiver:
         async with self._changed:
             self.deliveries.append(delivery)
             self._changed.notify_all()
+        if self.hold.get(request.path, 0) > 0:
+            self.hold[request.path] -= 1
+            gate = asyncio.Event()
+            self._held.setdefault(request.path, []).append(gate)
+            await gate.wait()
         headers = {}
         if request.path in self.retry_after:
             headers["retry-after"] = self.retry_after[request.path]
@@ -85,6 +92,10 @@ class Receiver:
         if isinstance(status, int):
             return status
         return status.pop(0) if len(status) > 1 else status[0]
+
+    def release(self, path: str) -> None:
+        """Let the oldest request held on `path` answer."""
+        self._held[path].pop(0).set()
 
     def for_path(self, path: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.path == path]

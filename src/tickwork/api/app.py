@@ -25,7 +25,10 @@ Every error response has the shape
 Timestamps are ISO-8601; responses give them in UTC with a trailing `Z`."""
 
 
-def create_app(*, store: ScheduleStore, clock: Clock, settings: Settings) -> FastAPI:
+def create_app(
+    *, store: ScheduleStore, clock: Clock, settings: Settings, ops_only: bool = False
+) -> FastAPI:
+    """The HTTP app; `ops_only` serves just /healthz and /metrics (scheduler, worker processes)."""
     app = FastAPI(
         title="tickwork",
         version=_version(),
@@ -41,7 +44,8 @@ def create_app(*, store: ScheduleStore, clock: Clock, settings: Settings) -> Fas
         clock=clock,
     )
     install_error_handlers(app)
-    app.include_router(v1)
+    if not ops_only:
+        app.include_router(v1)
     app.include_router(ops)
     app.add_middleware(EdgeMiddleware, max_body_bytes=settings.max_body_bytes)
     return app

@@ -1,4 +1,5 @@
-"""`tickwork up`: API + scheduler + executor in one process (stage 1)."""
+"""Process runtime: `tickwork up` runs every role in one process; `tickwork api`, `tickwork
+scheduler` and `tickwork worker` run one role each, sharing one store."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from datetime import timedelta
+from enum import StrEnum
+from typing import Any
 
 import uvicorn
 import uvloop
@@ -19,7 +22,7 @@ import uvloop
 from tickwork.clock import Clock, SystemClock
 from tickwork.errors import InvalidInput
 from tickwork.maintenance.pruner import Pruner, PrunerConfig
-from tickwork.scheduler.service import SchedulerConfig, SchedulerService
+from tickwork.scheduler.service import Dispatch, SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
 from tickwork.worker.executor import Executor, ExecutorConfig
@@ -35,8 +38,17 @@ def default_node_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def run_up(settings: Settings) -> None:
-    """Run until SIGINT/SIGTERM (the CLI entry point)."""
+class Role(StrEnum):
+    API = "api"
+    SCHEDULER = "scheduler"
+    WORKER = "worker"
+
+
+ALL_ROLES = frozenset(Role)
+
+
+def run_up(settings: Settings, roles: frozenset[Role] = ALL_ROLES) -> None:
+    """Run the given roles in this process until SIGINT/SIGTERM (the CLI entry point)."""
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -45,17 +57,19 @@ def run_up(settings: Settings) -> None:
     # Migration chatter is not news at `info`; failures still surface as errors.
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # uvloop (installed with uvicorn[standard]) roughly halves the event loop's cost per fire.
-    uvloop.run(serve(settings))
+    uvloop.run(serve(settings, roles))
 
 
-async def serve(settings: Settings, *, clock: Clock | None = None) -> None:
+async def serve(
+    settings: Settings, roles: frozenset[Role] = ALL_ROLES, *, clock: Clock | None = None
+) -> None:
     clock = clock or SystemClock()
     store = store_for_url(settings.database_url)
     sock = bind_socket(settings.host, settings.port)  # fail fast, before touching the store
     try:
         await store.open()
         try:
-            await _serve_with(store, clock, settings, sock)
+            await _serve_with(store, clock, settings, sock, roles)
         finally:
             await store.close()
     finally:
@@ -82,67 +96,82 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 async def _serve_with(
-    store: ScheduleStore, clock: Clock, settings: Settings, sock: socket.socket
+    store: ScheduleStore,
+    clock: Clock,
+    settings: Settings,
+    sock: socket.socket,
+    roles: frozenset[Role],
 ) -> None:
     from tickwork.api.app import create_app
 
     node_id = settings.node_id or default_node_id()
     stop = asyncio.Event()
-    runner = WebhookRunner(
+    async with contextlib.AsyncExitStack() as stack:
+        services: list[Coroutine[Any, Any, None]] = []
+        executor = None
+        if Role.WORKER in roles:
+            runner = await stack.enter_async_context(_webhook_runner(settings, clock))
+            executor = _executor(store, clock, settings, node_id, runner)
+            services.append(executor.run(stop))
+        if Role.SCHEDULER in roles:
+            # With a worker in this process, fires go to it directly; otherwise they are handed
+            # off through the store to whichever worker process leases them (the table queue).
+            dispatch = executor.submit if executor is not None else None
+            services.append(_scheduler(store, clock, settings, node_id, dispatch).run(stop))
+            retention = timedelta(days=settings.history_retention_days)
+            services.append(Pruner(store, clock, PrunerConfig(retention=retention)).run(stop))
+        app = create_app(
+            store=store, clock=clock, settings=settings, ops_only=Role.API not in roles
+        )
+        server = _QuietServer(
+            uvicorn.Config(
+                app, host=settings.host, port=settings.port, log_level="warning", lifespan="off"
+            )
+        )
+        tasks = [asyncio.create_task(service) for service in services]
+        try:
+            _announce(settings, sock, roles)
+            await server.serve(sockets=[sock])
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _webhook_runner(settings: Settings, clock: Clock) -> WebhookRunner:
+    return WebhookRunner(
         policy=AddressPolicy(allow=settings.webhook_allow),
         secrets=settings.webhook_secrets,
         clock=clock,
         max_connections=settings.executor_concurrency,
     )
-    async with runner:
-        executor = Executor(
-            store,
-            clock,
-            runner,
-            ExecutorConfig(
-                node_id=node_id,
-                concurrency=settings.executor_concurrency,
-                lease_ttl_ms=settings.lease_ttl_ms,
-            ),
-        )
-        scheduler = SchedulerService(
-            store,
-            clock,
-            SchedulerConfig(
-                node_id=node_id,
-                batch_size=settings.claim_batch,
-                lookahead_ms=settings.lookahead_ms,
-                max_idle_ms=settings.max_idle_ms,
-                lease_ttl_ms=settings.lease_ttl_ms,
-            ),
-            dispatch=executor.submit,
-        )
-        app = create_app(store=store, clock=clock, settings=settings)
-        server = _QuietServer(
-            uvicorn.Config(
-                app,
-                host=settings.host,
-                port=settings.port,
-                log_level="warning",
-                lifespan="off",
-            )
-        )
-        pruner = Pruner(
-            store,
-            clock,
-            PrunerConfig(retention=timedelta(days=settings.history_retention_days)),
-        )
-        workers = [
-            asyncio.create_task(scheduler.run(stop), name="scheduler"),
-            asyncio.create_task(executor.run(stop), name="executor"),
-            asyncio.create_task(pruner.run(stop), name="pruner"),
-        ]
-        try:
-            _announce(settings, sock)
-            await server.serve(sockets=[sock])
-        finally:
-            stop.set()
-            await asyncio.gather(*workers, return_exceptions=True)
+
+
+def _executor(
+    store: ScheduleStore, clock: Clock, settings: Settings, node_id: str, runner: WebhookRunner
+) -> Executor:
+    config = ExecutorConfig(
+        node_id=node_id,
+        concurrency=settings.executor_concurrency,
+        lease_ttl_ms=settings.lease_ttl_ms,
+    )
+    return Executor(store, clock, runner, config)
+
+
+def _scheduler(
+    store: ScheduleStore,
+    clock: Clock,
+    settings: Settings,
+    node_id: str,
+    dispatch: Dispatch | None,
+) -> SchedulerService:
+    config = SchedulerConfig(
+        node_id=node_id,
+        batch_size=settings.claim_batch,
+        lookahead_ms=settings.lookahead_ms,
+        max_idle_ms=settings.max_idle_ms,
+        lease_ttl_ms=settings.lease_ttl_ms,
+    )
+    return SchedulerService(store, clock, config, dispatch)
 
 
 class _QuietServer(uvicorn.Server):
@@ -169,11 +198,13 @@ class _QuietServer(uvicorn.Server):
         self.should_exit = True
 
 
-def _announce(settings: Settings, sock: socket.socket) -> None:
+def _announce(settings: Settings, sock: socket.socket, roles: frozenset[Role]) -> None:
     port = sock.getsockname()[1]
+    names = "+".join(r.value for r in Role if r in roles)
+    extra = "API docs at /docs" if Role.API in roles else "/healthz and /metrics"
     print(
-        f"tickwork listening on http://{settings.host}:{port} "
-        f"(store: {_describe(settings.database_url)}; API docs at /docs)",
+        f"tickwork {names} listening on http://{settings.host}:{port} "
+        f"(store: {_describe(settings.database_url)}; {extra})",
         flush=True,
     )
 

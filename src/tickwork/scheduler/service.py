@@ -53,8 +53,10 @@ class SchedulerService:
         store: ScheduleStore,
         clock: Clock,
         config: SchedulerConfig,
-        dispatch: Dispatch,
+        dispatch: Dispatch | None,
     ) -> None:
+        """`dispatch` hands fires to an executor in this process; None hands them off through
+        the store instead (the table queue), to workers in any process."""
         self._store = store
         self._clock = clock
         self._config = config
@@ -74,9 +76,15 @@ class SchedulerService:
         plans = [plan_claim(job, now) for job in due]
         lease_until = now + timedelta(milliseconds=cfg.lookahead_ms + cfg.lease_ttl_ms)
         started = time.perf_counter()
-        fires = await self._store.claim(plans, owner=cfg.node_id, lease_until=lease_until, now=now)
+        fires = await self._store.claim(
+            plans,
+            owner=cfg.node_id,
+            lease_until=lease_until,
+            now=now,
+            hand_off=self._dispatch is None,
+        )
         metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
-        if fires:
+        if fires and self._dispatch is not None:
             self._dispatch(fires)
         conflicts = sum(p.scheduled_for is not None for p in plans) - len(fires)
         _record(due, plans, fires, conflicts)

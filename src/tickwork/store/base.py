@@ -120,8 +120,21 @@ class ScheduleStore(Protocol):
         ...
 
     async def claim(
-        self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
-    ) -> list[Fire]: ...
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        hand_off: bool = False,
+    ) -> list[Fire]:
+        """Claim, advance and record each plan's occurrence (see the module docstring).
+
+        The new runs are leased to `owner` until `lease_until`, for an executor in the same
+        process; with `hand_off` they are left unowned and become leasable (`lease_runs`) at
+        their scheduled instant, for workers in other processes (the table queue).
+        """
+        ...
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         """Record an out-of-schedule occurrence at `now`, leasable at once. Raises NotFound."""

@@ -102,7 +102,13 @@ class MemoryStore:
         return min(times) if times else None  # type: ignore[type-var]
 
     async def claim(
-        self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        hand_off: bool = False,
     ) -> list[Fire]:
         fires: list[Fire] = []
         for plan in plans:
@@ -120,11 +126,20 @@ class MemoryStore:
             if plan.scheduled_for is None:
                 continue
             run = self._insert_run(
-                job, plan.scheduled_for, RunOrigin.SCHEDULE, fence, plan.coalesced, now
+                job,
+                plan.scheduled_for,
+                RunOrigin.SCHEDULE,
+                fence,
+                plan.coalesced,
+                now,
+                attempt=0 if hand_off else 1,  # a hand-off counts from its first lease
             )
             if run is not None:
-                self._leases[run.id] = (owner, lease_until)
-                fires.append(_fire(run, job, lease_until))
+                until = run.scheduled_for if hand_off else lease_until
+                self._leases[run.id] = (None if hand_off else owner, until)
+                fires.append(_fire(run, job, until))
+        if hand_off and fires:
+            self._watchers.notify("runs")
         return fires
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -56,7 +57,9 @@ claimed AS (
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us)
-    SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, $9, $11, $10
+    SELECT id, key, 'schedule', fired_us, 'pending', CASE WHEN $12 THEN 0 ELSE 1 END,
+           fence_token, coalesced,
+           CASE WHEN $12 THEN NULL ELSE $9 END, CASE WHEN $12 THEN fired_us ELSE $11 END, $10
     FROM claimed WHERE fired_us IS NOT NULL
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
@@ -232,16 +235,28 @@ class PostgresStore(SqlReads):
 
     # -- fire path --------------------------------------------------------------------------
     async def claim(
-        self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        hand_off: bool = False,
     ) -> list[Fire]:
         if not plans:
             return []
         columns = _plan_columns(plans)
+        args = (*columns, owner, to_us(now), to_us(lease_until), hand_off)
         try:
-            found = await self.pool.fetch(CLAIM, *columns, owner, to_us(now), to_us(lease_until))
+            found = await self.pool.fetch(CLAIM, *args)
+            if hand_off and found:  # wake the workers of other processes
+                await self.pool.execute(NOTIFY, CHANNEL, "runs")
         except (OSError, asyncpg.PostgresError) as exc:
             raise StoreError(f"PostgreSQL error during claim: {exc}") from exc
-        return [rows.fire_from_row(r, lease_until) for r in found]
+        if hand_off and found:
+            self._watchers.notify("runs")
+        fires = [rows.fire_from_row(r, lease_until) for r in found]
+        return [replace(f, lease_until=f.scheduled_for) for f in fires] if hand_off else fires
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         key = occurrence_key(job_id, now, RunOrigin.MANUAL)

@@ -42,8 +42,10 @@ RETURNING fence_token, target, retry_policy
 INSERT_RUN = """
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
                      lease_owner, lease_until_us, created_us)
-VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
-        :owner, :lease_until, :now)
+VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', CASE WHEN :hand_off THEN 0 ELSE 1 END,
+        :fence, :coalesced,
+        CASE WHEN :hand_off THEN NULL ELSE :owner END,
+        CASE WHEN :hand_off THEN :fired_us ELSE :lease_until END, :now)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 """
@@ -194,12 +196,26 @@ class SqliteStore(SqlReads):
 
     # -- fire path --------------------------------------------------------------------------
     async def claim(
-        self, plans: Sequence[ClaimPlan], *, owner: str, lease_until: datetime, now: datetime
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        hand_off: bool = False,
     ) -> list[Fire]:
         if not plans:
             return []
-        common = {"owner": owner, "now": to_us(now), "lease_until": to_us(lease_until)}
-        return await self._write(lambda conn: _claim(conn, plans, common, lease_until))
+        common = {
+            "owner": owner,
+            "now": to_us(now),
+            "lease_until": to_us(lease_until),
+            "hand_off": hand_off,
+        }
+        fires = await self._write(lambda conn: _claim(conn, plans, common, lease_until))
+        if hand_off and fires:
+            self._watchers.notify("runs")
+        return fires
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         key = occurrence_key(job_id, now, RunOrigin.MANUAL)
@@ -304,9 +320,9 @@ def _claim(
                 key=key,
                 scheduled_for=plan.scheduled_for,
                 fence_token=claimed["fence_token"],
-                attempt=1,
+                attempt=0 if common["hand_off"] else 1,  # a hand-off counts from its first lease
                 target=rows.target_from_json(claimed["target"]),
-                lease_until=lease_until,
+                lease_until=plan.scheduled_for if common["hand_off"] else lease_until,
                 retry=rows.retry_from_json(claimed["retry_policy"]),
             )
         )

@@ -133,8 +133,11 @@ class Executor:
             limit=1000,
         )
         if fires:
-            metrics.FIRES.labels(origin="recovered").inc(len(fires))
+            metrics.FIRES.labels(origin="leased").inc(len(fires))
             self.submit(fires)
+        # Sleep no longer than until the next lease frees up: a hand-off from a scheduler in
+        # another process, a retry, an expiring lease.
+        self._next_lease_at = await self._store.next_lease_at()
         return len(fires)
 
     async def run(self, stop: asyncio.Event) -> None:

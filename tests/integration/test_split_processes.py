@@ -1,0 +1,143 @@
+"""Stage 2 shape: separate API, scheduler and worker processes on one PostgreSQL store.
+
+Fires are handed off through the store (the table queue): any worker leases them at their
+instant. Each occurrence must arrive once, a worker SIGKILLed mid-job must not lose its fire,
+and a worker frozen past its lease must not record a second outcome when it wakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import pytest
+
+from tickwork.store.postgres import PostgresStore
+
+from ..support.proc import UpProcess
+from ..support.receiver import Receiver
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+FAST_LEASES = {"TICKWORK_LEASE_TTL_MS": "1500"}  # a dead worker's fire comes back quickly
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    rx = await Receiver().start()
+    yield rx
+    await rx.stop()
+
+
+async def start(stack: AsyncExitStack, db: str, command: str, **env: str) -> UpProcess:
+    proc = await UpProcess(db, command=command, extra_env=dict(env)).start()
+    stack.push_async_callback(proc.stop)
+    return proc
+
+
+def webhook(url: str) -> dict[str, str]:
+    return {"type": "webhook", "url": url, "method": "POST"}
+
+
+async def test_each_occurrence_arrives_once_across_schedulers_and_workers(
+    pg_dsn: str, receiver: Receiver
+) -> None:
+    async with AsyncExitStack() as stack:
+        api = await start(stack, pg_dsn, "api")
+        for _ in range(2):
+            await start(stack, pg_dsn, "scheduler")
+            await start(stack, pg_dsn, "worker")
+        for n in range(10):
+            body = {
+                "name": f"j{n}",
+                "schedule": {"every": "PT1S"},
+                "target": webhook(receiver.url(f"/j{n}")),
+            }
+            assert (await api.call("POST", "/v1/jobs", json=body)).status_code == 201
+        for n in range(10):
+            await receiver.wait_for(f"/j{n}", 3)
+    keys = Counter(d.key for d in receiver.deliveries)
+    assert max(keys.values()) == 1, keys.most_common(3)
+    assert all(d.arrived_at >= d.scheduled_for for d in receiver.deliveries)
+
+
+async def test_a_worker_killed_mid_job_loses_nothing(pg_dsn: str, receiver: Receiver) -> None:
+    receiver.hold = {"/slow": 1}  # the first request hangs until released
+    async with AsyncExitStack() as stack:
+        api = await start(stack, pg_dsn, "api")
+        await start(stack, pg_dsn, "scheduler")
+        doomed = await start(stack, pg_dsn, "worker", **FAST_LEASES)
+        body = {
+            "name": "slow",
+            "schedule": {"at": "2020-01-01T00:00:00Z"},
+            "target": webhook(receiver.url("/slow")),
+        }
+        job = (await api.call("POST", "/v1/jobs", json=body)).json()
+        [first] = await receiver.wait_for("/slow", 1)  # the doomed worker is mid-request
+        await doomed.stop(signal.SIGKILL)
+        receiver.release("/slow")
+        await start(stack, pg_dsn, "worker", **FAST_LEASES)
+        [_, second] = await receiver.wait_for("/slow", 2)
+        assert second.key == first.key  # the same occurrence, redelivered
+        assert int(second.headers["tickwork-fence"]) > int(first.headers["tickwork-fence"])
+        runs = await wait_for_status(api, job["id"], "succeeded")
+    [run] = runs
+    assert run["attempt"] == 2
+    assert len(receiver.for_path("/slow")) == 2
+
+
+async def test_a_frozen_worker_cannot_record_a_second_outcome(
+    pg_dsn: str, receiver: Receiver
+) -> None:
+    receiver.hold = {"/frozen": 2}  # both workers' requests hang until released, one by one
+    async with AsyncExitStack() as stack:
+        api = await start(stack, pg_dsn, "api")
+        await start(stack, pg_dsn, "scheduler")
+        zombie = await start(stack, pg_dsn, "worker", **FAST_LEASES)
+        body = {
+            "name": "frozen",
+            "schedule": {"at": "2020-01-01T00:00:00Z"},
+            "target": webhook(receiver.url("/frozen")),
+        }
+        job = (await api.call("POST", "/v1/jobs", json=body)).json()
+        await receiver.wait_for("/frozen", 1)
+        assert zombie.proc is not None
+        zombie.proc.send_signal(signal.SIGSTOP)  # frozen mid-request, past its lease
+        await start(stack, pg_dsn, "worker", **FAST_LEASES)
+        await receiver.wait_for("/frozen", 2)  # another worker took the occurrence over
+        store = PostgresStore(pg_dsn, migrate=False)
+        await store.open()
+        try:
+            # The zombie wakes first, while the run is still pending: only the fence can stop
+            # its outcome (its request got a 200) from being recorded.
+            receiver.release("/frozen")
+            zombie.proc.send_signal(signal.SIGCONT)
+            [run] = (await api.call("GET", f"/v1/jobs/{job['id']}/runs")).json()["runs"]
+            assert await no_attempt_recorded(store, run["id"])
+            receiver.release("/frozen")  # now the live worker's request answers
+            [run] = await wait_for_status(api, job["id"], "succeeded")
+            attempts = await store.list_attempts(run["id"])
+        finally:
+            await store.close()
+        await zombie.stop()
+    assert [a.status.value for a in attempts] == ["succeeded"]  # one outcome, the live worker's
+    assert attempts[0].fence_token == run["fence_token"]
+    assert attempts[0].attempt == 2
+
+
+async def wait_for_status(api: UpProcess, job_id: str, status: str) -> list[dict]:  # type: ignore[type-arg]
+    async with asyncio.timeout(30):
+        while True:
+            runs = (await api.call("GET", f"/v1/jobs/{job_id}/runs")).json()["runs"]
+            if runs and all(r["status"] == status for r in runs):
+                return runs  # type: ignore[no-any-return]
+            await asyncio.sleep(0.05)  # polling another process's store
+
+
+async def no_attempt_recorded(store: PostgresStore, run_id: int) -> bool:
+    """Give the woken zombie time to try its write (it flushes within ~20 ms of waking)."""
+    await asyncio.sleep(1.0)  # proving a negative: nothing may appear in this window
+    return await store.list_attempts(run_id) == []
