@@ -53,3 +53,7 @@ RETRIES = Counter("tickwork_retries_total", "Failed attempts released for a retr
 DEAD_LETTERS = Counter(
     "tickwork_dead_letters_total", "Occurrences that failed for good and entered the DLQ"
 )
+QUEUE_LAG = Gauge(
+    "tickwork_queue_lag_seconds",
+    "How long the oldest leasable run has been waiting for a worker (0 when none waits)",
+)

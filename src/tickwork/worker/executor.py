@@ -138,6 +138,8 @@ class Executor:
         # Sleep no longer than until the next lease frees up: a hand-off from a scheduler in
         # another process, a retry, an expiring lease.
         self._next_lease_at = await self._store.next_lease_at()
+        waiting = self._next_lease_at
+        metrics.QUEUE_LAG.set(max((now - waiting).total_seconds(), 0.0) if waiting else 0.0)
         return len(fires)
 
     async def run(self, stop: asyncio.Event) -> None:
