@@ -188,10 +188,21 @@ HostOpt = Annotated[str | None, typer.Option(help="address to listen on")]
 PortOpt = Annotated[int | None, typer.Option(help="port to listen on")]
 
 
-def _serve(roles: frozenset[str], db: str | None, host: str | None, port: int | None) -> None:
+QueueOpt = Annotated[
+    str | None, typer.Option("--queue", help="nats://... or redis://...; default: the store")
+]
+
+
+def _serve(
+    roles: frozenset[str],
+    db: str | None,
+    host: str | None,
+    port: int | None,
+    queue: str | None = None,
+) -> None:
     from tickwork.runtime.up import Role, run_up
 
-    overrides = {"database_url": db, "host": host, "port": port}
+    overrides = {"database_url": db, "host": host, "port": port, "queue_url": queue}
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
     run_up(settings, frozenset(Role(r) for r in roles))
 
@@ -209,21 +220,25 @@ def api(db: DbOpt = None, host: HostOpt = None, port: PortOpt = None) -> None:
 
 
 @app.command()
-def scheduler(db: DbOpt = None, host: HostOpt = None, port: PortOpt = 0) -> None:
+def scheduler(
+    db: DbOpt = None, host: HostOpt = None, port: PortOpt = 0, queue: QueueOpt = None
+) -> None:
     """Run only a scheduler, handing fires to workers through the store.
 
     /healthz and /metrics are served on --port (default: a free port, printed).
     """
-    _serve(frozenset({"scheduler"}), db, host, port)
+    _serve(frozenset({"scheduler"}), db, host, port, queue)
 
 
 @app.command()
-def worker(db: DbOpt = None, host: HostOpt = None, port: PortOpt = 0) -> None:
+def worker(
+    db: DbOpt = None, host: HostOpt = None, port: PortOpt = 0, queue: QueueOpt = None
+) -> None:
     """Run only a worker, leasing fires from the store and executing them.
 
     /healthz and /metrics are served on --port (default: a free port, printed).
     """
-    _serve(frozenset({"worker"}), db, host, port)
+    _serve(frozenset({"worker"}), db, host, port, queue)
 
 
 @db_app.command("upgrade")

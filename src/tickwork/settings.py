@@ -27,6 +27,12 @@ class Settings(BaseSettings):
     )
 
     database_url: str = Field(DEFAULT_DB_URL, description="sqlite:///PATH or postgresql://...")
+    queue_url: str = Field(
+        "", description="empty: the store is the queue; nats://... or redis://... otherwise"
+    )
+    queue_backstop_ms: int = Field(
+        10_000, ge=0, description="with an external queue: when workers take a run from the store"
+    )
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
     api_url: str = Field("http://127.0.0.1:8787", description="where CLI commands find the API")

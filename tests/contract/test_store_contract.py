@@ -585,3 +585,23 @@ async def test_a_hand_off_leaves_the_run_for_any_worker_at_its_instant(
         fire.fence_token + 1,
     )
     assert await worker_side.finish_runs([outcome(leased)]) == 1
+
+
+async def test_a_run_is_leased_by_id_only_with_the_published_fence(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    plan = plan_for(job, new_next=T0 + SEC)
+    [fire] = await store.claim([plan], owner="s", lease_until=T0 + 60 * SEC, now=T0, hand_off=True)
+    until = T0 + 30 * SEC
+    leased = await store.lease_run(fire.run_id, fire.fence_token, owner="w1", lease_until=until)
+    assert leased is not None
+    assert (leased.attempt, leased.fence_token, leased.target) == (1, fire.fence_token + 1, TARGET)
+    # the same envelope delivered twice: its fence has moved on
+    assert (
+        await store.lease_run(fire.run_id, fire.fence_token, owner="w2", lease_until=until) is None
+    )
+    assert await store.finish_runs([outcome(leased)]) == 1
+    assert (
+        await store.lease_run(fire.run_id, leased.fence_token, owner="w2", lease_until=until)
+        is None
+    )

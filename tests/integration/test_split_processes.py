@@ -12,6 +12,7 @@ import signal
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from datetime import timedelta
 
 import pytest
 
@@ -141,3 +142,58 @@ async def no_attempt_recorded(store: PostgresStore, run_id: int) -> bool:
     """Give the woken zombie time to try its write (it flushes within ~20 ms of waking)."""
     await asyncio.sleep(1.0)  # proving a negative: nothing may appear in this window
     return await store.list_attempts(run_id) == []
+
+
+@pytest.fixture(params=["nats", "redis"])
+def queue_url(request: pytest.FixtureRequest) -> str:
+    """A private queue server per test: no messages left over from another test."""
+    fixture = "restartable_nats" if request.param == "nats" else "restartable_redis"
+    return str(request.getfixturevalue(fixture).url)
+
+
+async def test_fires_travel_through_an_external_queue_once_each(
+    pg_dsn: str, queue_url: str, receiver: Receiver
+) -> None:
+    env = {"TICKWORK_QUEUE_URL": queue_url}
+    async with AsyncExitStack() as stack:
+        api = await start(stack, pg_dsn, "api")
+        await start(stack, pg_dsn, "scheduler", **env)
+        for _ in range(2):
+            await start(stack, pg_dsn, "worker", **env)
+        for n in range(5):
+            body = {
+                "name": f"q{n}",
+                "schedule": {"every": "PT1S"},
+                "target": webhook(receiver.url(f"/q{n}")),
+            }
+            assert (await api.call("POST", "/v1/jobs", json=body)).status_code == 201
+        for n in range(5):
+            await receiver.wait_for(f"/q{n}", 3)
+    keys = Counter(d.key for d in receiver.deliveries)
+    assert max(keys.values()) == 1, keys.most_common(3)
+    assert all(d.arrived_at >= d.scheduled_for for d in receiver.deliveries)
+    # Through the queue, not the store backstop (which waits 10 s before taking a run).
+    assert all(d.arrived_at - d.scheduled_for < timedelta(seconds=3) for d in receiver.deliveries)
+
+
+async def test_a_scheduler_killed_between_claim_and_publish_loses_no_fire(
+    pg_dsn: str, queue_url: str, receiver: Receiver
+) -> None:
+    env = {"TICKWORK_QUEUE_URL": queue_url, "TICKWORK_QUEUE_BACKSTOP_MS": "1000"}
+    async with AsyncExitStack() as stack:
+        api = await start(stack, pg_dsn, "api")
+        doomed = await start(stack, pg_dsn, "scheduler", TICKWORK_FAULT="after_claim", **env)
+        await start(stack, pg_dsn, "worker", **env)
+        body = {
+            "name": "once",
+            "schedule": {"at": "2020-01-01T00:00:00Z"},
+            "target": webhook(receiver.url("/once")),
+        }
+        job = (await api.call("POST", "/v1/jobs", json=body)).json()
+        assert doomed.proc is not None
+        async with asyncio.timeout(20):
+            assert await doomed.proc.wait() == 137  # it claimed, then died before publishing
+        [hit] = await receiver.wait_for("/once", 1)  # the worker took it from the store
+        [run] = await wait_for_status(api, job["id"], "succeeded")
+    assert run["attempt"] == 1
+    assert hit.key == run["key"]

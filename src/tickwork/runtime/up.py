@@ -11,7 +11,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -20,11 +20,14 @@ import uvicorn
 import uvloop
 
 from tickwork.clock import Clock, SystemClock
+from tickwork.domain.runs import Fire
 from tickwork.errors import InvalidInput
 from tickwork.maintenance.pruner import Pruner, PrunerConfig
-from tickwork.scheduler.service import Dispatch, SchedulerConfig, SchedulerService
+from tickwork.queue.base import Envelope, Queue
+from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
+from tickwork.worker.consumer import QueueConsumer
 from tickwork.worker.executor import Executor, ExecutorConfig
 from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
@@ -109,15 +112,25 @@ async def _serve_with(
     async with contextlib.AsyncExitStack() as stack:
         services: list[Coroutine[Any, Any, None]] = []
         executor = None
+        queue = await _open_queue(stack, settings, roles)
         if Role.WORKER in roles:
             runner = await stack.enter_async_context(_webhook_runner(settings, clock))
-            executor = _executor(store, clock, settings, node_id, runner)
+            executor = _executor(store, clock, settings, node_id, runner, queue is not None)
             services.append(executor.run(stop))
+            if queue is not None:
+                consumer = QueueConsumer(
+                    store, queue, executor, clock, node_id=node_id,
+                    lease_ttl_ms=settings.lease_ttl_ms,
+                )  # fmt: skip
+                services.append(consumer.run(stop))
         if Role.SCHEDULER in roles:
             # With a worker in this process, fires go to it directly; otherwise they are handed
-            # off through the store to whichever worker process leases them (the table queue).
+            # off through the store to whichever worker process leases them (the table queue),
+            # and, with an external queue, published to it too.
             dispatch = executor.submit if executor is not None else None
-            services.append(_scheduler(store, clock, settings, node_id, dispatch).run(stop))
+            publish = _publisher(queue) if queue is not None and dispatch is None else None
+            scheduler = _scheduler(store, clock, settings, node_id, dispatch, publish)
+            services.append(scheduler.run(stop))
             retention = timedelta(days=settings.history_retention_days)
             services.append(Pruner(store, clock, PrunerConfig(retention=retention)).run(stop))
         app = create_app(
@@ -137,6 +150,45 @@ async def _serve_with(
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _open_queue(
+    stack: contextlib.AsyncExitStack, settings: Settings, roles: frozenset[Role]
+) -> Queue | None:
+    """The external queue, for scheduler and worker processes that run apart."""
+    if not settings.queue_url or roles >= {Role.SCHEDULER, Role.WORKER}:
+        return None  # the store is the queue (or fires stay inside this process)
+    from tickwork.queue.factory import queue_for_url
+
+    queue = queue_for_url(settings.queue_url)
+    await queue.open()
+    stack.push_async_callback(queue.close)
+    return queue
+
+
+def _publisher(queue: Queue) -> Publish:
+    async def publish(fires: Sequence[Fire]) -> None:
+        crash_if_asked("after_claim")  # fault injection: die between claim and publish
+        await queue.publish([_envelope(f) for f in fires])
+
+    return publish
+
+
+def _envelope(fire: Fire) -> Envelope:
+    return Envelope(
+        run_id=fire.run_id,
+        job_id=fire.job_id,
+        key=fire.key,
+        scheduled_for=fire.scheduled_for,
+        fence_token=fire.fence_token,
+        attempt=fire.attempt,
+    )
+
+
+def crash_if_asked(point: str) -> None:
+    """`TICKWORK_FAULT=<point>` kills the process at that point (for crash tests only)."""
+    if os.environ.get("TICKWORK_FAULT") == point:
+        os._exit(137)
+
+
 def _webhook_runner(settings: Settings, clock: Clock) -> WebhookRunner:
     return WebhookRunner(
         policy=AddressPolicy(allow=settings.webhook_allow),
@@ -147,12 +199,18 @@ def _webhook_runner(settings: Settings, clock: Clock) -> WebhookRunner:
 
 
 def _executor(
-    store: ScheduleStore, clock: Clock, settings: Settings, node_id: str, runner: WebhookRunner
+    store: ScheduleStore,
+    clock: Clock,
+    settings: Settings,
+    node_id: str,
+    runner: WebhookRunner,
+    external_queue: bool,
 ) -> Executor:
     config = ExecutorConfig(
         node_id=node_id,
         concurrency=settings.executor_concurrency,
         lease_ttl_ms=settings.lease_ttl_ms,
+        backstop_delay_ms=settings.queue_backstop_ms if external_queue else 0,
     )
     return Executor(store, clock, runner, config)
 
@@ -163,6 +221,7 @@ def _scheduler(
     settings: Settings,
     node_id: str,
     dispatch: Dispatch | None,
+    publish: Publish | None,
 ) -> SchedulerService:
     config = SchedulerConfig(
         node_id=node_id,
@@ -171,7 +230,7 @@ def _scheduler(
         max_idle_ms=settings.max_idle_ms,
         lease_ttl_ms=settings.lease_ttl_ms,
     )
-    return SchedulerService(store, clock, config, dispatch)
+    return SchedulerService(store, clock, config, dispatch, publish)
 
 
 class _QuietServer(uvicorn.Server):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -22,6 +22,7 @@ from tickwork.store.base import ClaimPlan, DueJob, ScheduleStore
 log = logging.getLogger("tickwork.scheduler")
 
 Dispatch = Callable[[Sequence[Fire]], None]
+Publish = Callable[[Sequence[Fire]], Awaitable[None]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,9 +55,12 @@ class SchedulerService:
         clock: Clock,
         config: SchedulerConfig,
         dispatch: Dispatch | None,
+        publish: Publish | None = None,
     ) -> None:
         """`dispatch` hands fires to an executor in this process; None hands them off through
-        the store instead (the table queue), to workers in any process."""
+        the store instead (the table queue), to workers in any process, and `publish` then also
+        sends them to an external queue (a failed publish is logged: the store still has them)."""
+        self._publish = publish
         self._store = store
         self._clock = clock
         self._config = config
@@ -86,11 +90,23 @@ class SchedulerService:
         metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
         if fires and self._dispatch is not None:
             self._dispatch(fires)
+        elif fires and self._publish is not None:
+            await self._publish_safely(fires)
         conflicts = sum(p.scheduled_for is not None for p in plans) - len(fires)
         _record(due, plans, fires, conflicts)
         return TickResult(
             due=len(due), fires=fires, conflicts=conflicts, full_batch=len(due) == cfg.batch_size
         )
+
+    async def _publish_safely(self, fires: Sequence[Fire]) -> None:
+        assert self._publish is not None
+        try:
+            await self._publish(fires)
+        except Exception:
+            log.exception(
+                "publish failed; workers will take these fires from the store",
+                extra={"action": "publish_failed"},
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set. Store errors are logged and retried after a pause."""

@@ -144,6 +144,13 @@ class ScheduleStore(Protocol):
         self, *, now: datetime, owner: str, lease_until: datetime, limit: int
     ) -> list[Fire]: ...
 
+    async def lease_run(
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+    ) -> Fire | None:
+        """Lease one pending run whose fence is still `fence_token` (fence + 1, attempt + 1);
+        None when it finished, or another lease superseded that fence (a duplicate message)."""
+        ...
+
     async def next_lease_at(self) -> datetime | None:
         """The earliest instant at which some pending run's lease is (or becomes) free."""
         ...

@@ -169,6 +169,17 @@ class MemoryStore:
             fires.append(_fire(run, self._jobs[run.job_id], lease_until))
         return fires
 
+    async def lease_run(
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+    ) -> Fire | None:
+        run = self._runs.get(run_id)
+        if run is None or run.status is not RunStatus.PENDING or run.fence_token != fence_token:
+            return None
+        run = replace(run, fence_token=run.fence_token + 1, attempt=run.attempt + 1)
+        self._runs[run_id] = run
+        self._leases[run_id] = (owner, lease_until)
+        return _fire(run, self._jobs[run.job_id], lease_until)
+
     async def next_lease_at(self) -> datetime | None:
         return min((until for _, until in self._leases.values()), default=None)
 

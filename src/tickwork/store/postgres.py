@@ -276,6 +276,14 @@ class PostgresStore(SqlReads):
             raise StoreError(f"PostgreSQL error while leasing: {exc}") from exc
         return [rows.fire_from_row(r, lease_until) for r in found]
 
+    async def lease_run(
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+    ) -> Fire | None:
+        params = {"id": run_id, "fence": fence_token, "owner": owner}
+        params["lease_until"] = to_us(lease_until)
+        found = await self._query(sql.LEASE_RUN, params)
+        return None if not found else rows.fire_from_row(found[0], lease_until)
+
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
     ) -> int:

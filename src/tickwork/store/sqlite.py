@@ -244,6 +244,14 @@ class SqliteStore(SqlReads):
         leased = await self._write(lambda conn: conn.execute(LEASE_RUNS, params).fetchall())
         return [rows.fire_from_row(r, lease_until) for r in leased]
 
+    async def lease_run(
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+    ) -> Fire | None:
+        params = {"id": run_id, "fence": fence_token, "owner": owner}
+        params["lease_until"] = to_us(lease_until)
+        found = await self._write(lambda conn: conn.execute(sql.LEASE_RUN, params).fetchone())
+        return None if found is None else rows.fire_from_row(found, lease_until)
+
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
     ) -> int:

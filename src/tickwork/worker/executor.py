@@ -34,6 +34,9 @@ class ExecutorConfig:
     lease_ttl_ms: int = 60_000
     flush_interval_ms: int = 20  # outcomes are written in batches at most this stale
     orphan_scan_ms: int = 5_000  # how often to look for fires nobody is running
+    # With an external queue, runs normally arrive as messages; the store is only the backstop
+    # for lost messages, so a free lease is taken from it only once it is this old.
+    backstop_delay_ms: int = 0
 
 
 class Executor:
@@ -51,6 +54,7 @@ class Executor:
         self._leased: dict[int, int] = {}  # run_id -> fence of every fire we hold
         self._next_lease_at: datetime | None = None  # the earliest retry we released
         self._random = random.Random().random  # backoff jitter; tests may replace it
+        self._backstop = timedelta(milliseconds=config.backstop_delay_ms)
 
     def submit(self, fires: Sequence[Fire]) -> None:
         """Start each fire at its instant; returns at once (the scheduler's dispatch hook)."""
@@ -127,7 +131,7 @@ class Executor:
         self._next_lease_at = None
         now = self._clock.now()
         fires = await self._store.lease_runs(
-            now=now,
+            now=now - self._backstop,
             owner=self._config.node_id,
             lease_until=now + timedelta(milliseconds=self._config.lease_ttl_ms),
             limit=1000,
@@ -137,7 +141,8 @@ class Executor:
             self.submit(fires)
         # Sleep no longer than until the next lease frees up: a hand-off from a scheduler in
         # another process, a retry, an expiring lease.
-        self._next_lease_at = await self._store.next_lease_at()
+        next_free = await self._store.next_lease_at()
+        self._next_lease_at = None if next_free is None else next_free + self._backstop
         waiting = self._next_lease_at
         metrics.QUEUE_LAG.set(max((now - waiting).total_seconds(), 0.0) if waiting else 0.0)
         return len(fires)

@@ -71,6 +71,16 @@ WHERE dead_lettered_us IS NOT NULL
   AND (CAST(:job_id AS TEXT) IS NULL OR job_id = :job_id)
 ORDER BY id DESC LIMIT :limit
 """
+# A worker that got a run's envelope from an external queue leases it by id, if the fence is
+# still the one the scheduler published (a redelivered or superseded envelope finds it moved).
+LEASE_RUN = """
+UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until_us = :lease_until
+WHERE id = :id AND fence_token = :fence AND status = 'pending'
+RETURNING id, job_id, key, scheduled_us, fence_token, attempt,
+    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target,
+    (SELECT retry_policy FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS retry_policy
+"""
 NEXT_LEASE = "SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'"
 # One outcome; the attempt is recorded only when this applied (the stores check the row count).
 FINISH_RUN = """
