@@ -3,7 +3,7 @@
 Options:
     --quick              a smoke run (5 s windows, a 50,000-row table); writes
                          bench/results/benchmarks-quick.md instead of docs/benchmarks.md
-    --only lateness|claim
+    --only lateness|claim|e2e
     --pg-dsn DSN         admin DSN of the PostgreSQL server to create throwaway databases on
     --profile            add one cProfile'd tickwork claim pass to the report
 """
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import claim, lateness, machine, report, results
+from bench import claim, e2e, lateness, machine, report, results
 from bench.env import Env
 from bench.meter import Attribution
 from bench.pgutil import Admin
@@ -32,6 +32,7 @@ QUICK_DOC = results.RESULTS_DIR / "benchmarks-quick.md"
 STORES = ("sqlite", "postgresql")
 COMMAND = "uv run python -m bench" + "".join(f" {a}" for a in sys.argv[1:])
 VARIANTS = ("spread", "aligned")
+SECTIONS = ("lateness", "claim", "e2e")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -41,7 +42,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--quick", action="store_true", help="short smoke run")
-    parser.add_argument("--only", choices=("lateness", "claim"))
+    parser.add_argument("--only", choices=SECTIONS)
     parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN, help="admin DSN (default: %(default)s)")
     parser.add_argument("--profile", action="store_true", help="profile one tickwork claim pass")
     parser.add_argument("--doc", type=Path, help="where to write the report")
@@ -81,6 +82,9 @@ async def run(args: argparse.Namespace) -> None:
             if args.only in (None, "claim"):
                 sections["claim"] = await claim.run(env, _claim_config(args)) | meta
                 results.append("claim", {"kind": "section", **sections["claim"]})
+            if args.only in (None, "e2e"):
+                sections["e2e"] = await e2e.run(env, _e2e_config(args)) | meta
+                results.append("e2e", {"kind": "section", **sections["e2e"]})
     finally:
         await admin.close()
     doc = args.doc or (QUICK_DOC if args.quick else DOC)
@@ -100,6 +104,10 @@ def _claim_config(args: argparse.Namespace) -> claim.ClaimConfig:
     if args.quick:
         return claim.ClaimConfig.quick(profile=args.profile)
     return claim.ClaimConfig(profile=args.profile)
+
+
+def _e2e_config(args: argparse.Namespace) -> e2e.E2EConfig:
+    return e2e.E2EConfig.quick() if args.quick else e2e.E2EConfig()
 
 
 async def _lateness(env: Env) -> dict[str, Any]:
@@ -131,7 +139,7 @@ def _case_line(case: dict[str, Any]) -> str:
 
 def render_only(args: argparse.Namespace) -> None:
     """Rewrite the report from the latest recorded sections, measuring nothing."""
-    sections = {n: results.last(n, quick=args.quick) for n in ("lateness", "claim")}
+    sections = {n: results.last(n, quick=args.quick) for n in SECTIONS}
     found = [s for s in sections.values() if s]
     if not found:
         sys.exit("no recorded results in bench/results/: run the benchmark first")
@@ -153,7 +161,7 @@ def write_report(
     args: argparse.Namespace, sections: dict[str, Any], facts: dict[str, Any], date: str,
     run_id: str, duration_s: float, doc: Path,
 ) -> None:  # fmt: skip
-    for name in ("lateness", "claim"):
+    for name in SECTIONS:
         if name not in sections:  # --only: keep the latest figures of the other section
             sections[name] = results.last(name, quick=args.quick)
     data = {"command": COMMAND, "date": date, "run_id": run_id, "quick": args.quick,

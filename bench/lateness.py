@@ -241,3 +241,8 @@ def _receiver(arrivals: list[list[Any]], window: Window) -> dict[str, Any]:
 
 def config_dict(cfg: LatenessConfig) -> dict[str, Any]:
     return asdict(cfg)
+
+
+def receiver_summary(arrivals: list[list[Any]], window: Window) -> dict[str, Any]:
+    """Receiver-side deliveries, distinct keys and lateness of the fires scheduled in `window`."""
+    return _receiver(arrivals, window)

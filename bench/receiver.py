@@ -4,7 +4,9 @@
 
 Listens on 127.0.0.1 (a free port), prints `ready <port>` when it accepts connections, answers
 every request 200 at once, and remembers (arrival time, `tickwork-scheduled-for` header, key)
-per request. On SIGTERM or SIGINT it writes them to FILE as JSON and exits.
+per request; the key is the `webhook-id` header (the occurrence's key; `idempotency-key` carries
+the same). `GET /__count` answers the number of requests remembered so far (and is not one of
+them). On SIGTERM or SIGINT it writes them to FILE as JSON and exits.
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ from pathlib import Path
 
 from aiohttp import web
 
+COUNT_PATH = "/__count"
 Arrival = tuple[float, str, str]  # (epoch seconds, scheduled-for header, idempotency key)
 
 
 def make_app(arrivals: list[Arrival]) -> web.Application:
     async def hook(request: web.Request) -> web.Response:
+        if request.path == COUNT_PATH:
+            return web.Response(text=str(len(arrivals)))
         arrivals.append(
             (
                 time.time(),
                 request.headers.get("tickwork-scheduled-for", ""),
-                request.headers.get("idempotency-key", ""),
+                request.headers.get("webhook-id") or request.headers.get("idempotency-key", ""),
             )
         )
         await request.read()

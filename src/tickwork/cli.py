@@ -188,6 +188,10 @@ HostOpt = Annotated[str | None, typer.Option(help="address to listen on")]
 PortOpt = Annotated[int | None, typer.Option(help="port to listen on")]
 
 
+ImportOpt = Annotated[
+    list[str] | None,
+    typer.Option("--import", help="module with @tickwork.task functions (repeatable)"),
+]
 QueueOpt = Annotated[
     str | None, typer.Option("--queue", help="nats://... or redis://...; default: the store")
 ]
@@ -199,18 +203,27 @@ def _serve(
     host: str | None,
     port: int | None,
     queue: str | None = None,
+    imports: list[str] | None = None,
 ) -> None:
     from tickwork.runtime.up import Role, run_up
 
-    overrides = {"database_url": db, "host": host, "port": port, "queue_url": queue}
+    overrides = {
+        "database_url": db,
+        "host": host,
+        "port": port,
+        "queue_url": queue,
+        "imports": imports or None,
+    }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
     run_up(settings, frozenset(Role(r) for r in roles))
 
 
 @app.command()
-def up(db: DbOpt = None, host: HostOpt = None, port: PortOpt = None) -> None:
+def up(
+    db: DbOpt = None, host: HostOpt = None, port: PortOpt = None, imports: ImportOpt = None
+) -> None:
     """Run the API, the scheduler and the executor in one process."""
-    _serve(frozenset({"api", "scheduler", "worker"}), db, host, port)
+    _serve(frozenset({"api", "scheduler", "worker"}), db, host, port, imports=imports)
 
 
 @app.command()
@@ -232,13 +245,17 @@ def scheduler(
 
 @app.command()
 def worker(
-    db: DbOpt = None, host: HostOpt = None, port: PortOpt = 0, queue: QueueOpt = None
+    db: DbOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = 0,
+    queue: QueueOpt = None,
+    imports: ImportOpt = None,
 ) -> None:
     """Run only a worker, leasing fires from the store and executing them.
 
     /healthz and /metrics are served on --port (default: a free port, printed).
     """
-    _serve(frozenset({"worker"}), db, host, port, queue)
+    _serve(frozenset({"worker"}), db, host, port, queue, imports)
 
 
 @db_app.command("upgrade")
@@ -383,6 +400,10 @@ def jobs_create(
     method: Annotated[str | None, typer.Option(help="HTTP method [default: POST]")] = None,
     header: Annotated[list[str] | None, typer.Option(help="'Name: value'; repeatable")] = None,
     body: Annotated[str | None, typer.Option(help="JSON body to send")] = None,
+    task: Annotated[
+        str | None, typer.Option(help="run this @tickwork.task instead of a webhook")
+    ] = None,
+    args: Annotated[str | None, typer.Option(help="JSON value for the task's ctx.args")] = None,
     timeout: Annotated[str | None, typer.Option(help="request timeout, e.g. PT10S")] = None,
     tenant: Annotated[str | None, typer.Option(help="tenant [default: default]")] = None,
     max_attempts: Annotated[
@@ -398,12 +419,12 @@ def jobs_create(
     api: ApiOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create a job: one of --cron/--every/--at, and a webhook --url (or all of it in --file)."""
+    """Create a job: one of --cron/--every/--at, and a webhook --url or a --task (or --file)."""
     options = {
         "name": name, "cron": cron, "tz": tz, "every": every, "at": at, "start_at": start_at,
         "end_at": end_at, "misfire": misfire, "url": url, "method": method, "header": header,
         "body": body, "timeout": timeout, "tenant": tenant, "max_attempts": max_attempts,
-        "backoff": backoff, "max_backoff": max_backoff,
+        "backoff": backoff, "max_backoff": max_backoff, "task": task, "args": args,
     }  # fmt: skip
     payload = _load_job_file(file, options) if file else _job_body(options)
     job = _client(api).call("POST", "/v1/jobs", json=payload)
@@ -635,15 +656,33 @@ def _load_job_file(path: Path, options: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _target_rows(target: Mapping[str, Any]) -> dict[str, str]:
+    if target["type"] == "task":
+        return {
+            "target": f"task {target['name']} (timeout {target['timeout']})",
+            "args": "-" if target["args"] is None else json.dumps(target["args"]),
+        }
+    return {
+        "target": f"{target['method']} {target['url']} (timeout {target['timeout']})",
+        "headers": ", ".join(f"{k}: {v}" for k, v in target["headers"].items()) or "-",
+        "body": "-" if target["body"] is None else json.dumps(target["body"]),
+    }
+
+
 def _job_body(o: Mapping[str, Any]) -> dict[str, Any]:
-    for flag in ("name", "url"):
-        if o[flag] is None:
-            raise CliFailure(f"--{flag} is required (or give the whole job with --file job.json)")
+    if o["name"] is None:
+        raise CliFailure("--name is required (or give the whole job with --file job.json)")
+    if (o["url"] is None) == (o["task"] is None):
+        raise CliFailure("give one of --url (a webhook) or --task (a Python task)")
     schedule = {
         "cron": o["cron"], "timezone": o["tz"], "every": _number_or_text(o["every"]),
         "at": o["at"], "start_at": o["start_at"], "end_at": o["end_at"], "misfire": o["misfire"],
     }  # fmt: skip
     target: dict[str, Any] = {"type": "webhook", "url": o["url"]}
+    if o["task"] is not None:
+        target = {"type": "task", "name": o["task"]}
+        if o["args"] is not None:
+            target["args"] = _parse_json_flag(o["args"], "--args")
     if o["method"]:
         target["method"] = o["method"]
     if o["header"]:
@@ -733,9 +772,7 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         "schedule": _schedule_text(schedule),
         "window": window,
         "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
-        "target": f"{target['method']} {target['url']} (timeout {target['timeout']})",
-        "headers": ", ".join(f"{k}: {v}" for k, v in target["headers"].items()) or "-",
-        "body": "-" if target["body"] is None else json.dumps(target["body"]),
+        **_target_rows(target),
         "retry": _retry_text(job["retry"]),
         "next run": job["next_run_at"] or "-",
         "last fired": job["last_fired_at"] or "-",

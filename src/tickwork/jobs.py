@@ -36,7 +36,15 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from tickwork.clock import Clock
-from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
+from tickwork.domain.jobs import (
+    EveryTrigger,
+    Job,
+    JobState,
+    Schedule,
+    Target,
+    TaskTarget,
+    WebhookTarget,
+)
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.errors import Conflict, InvalidInput, NotFound, StaleJob
@@ -71,6 +79,7 @@ MAX_NAME_CHARS: Final = 200
 MAX_TENANT_CHARS: Final = 100
 MAX_TIMEOUT_S: Final = 300.0
 MAX_URL_CHARS: Final = 2048
+MAX_TASK_TIMEOUT_S: Final = 3600.0
 EDIT_ATTEMPTS: Final = 5  # a job claimed every millisecond still gets edited within a few
 WEBHOOK_METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 MAX_ATTEMPTS: Final = 100
@@ -93,7 +102,7 @@ class JobSpec:
 
     name: str
     schedule: Schedule
-    target: WebhookTarget
+    target: Target
     tenant: str = "default"
     retry: RetryPolicy | None = None  # None: the default RetryPolicy()
 
@@ -106,7 +115,7 @@ class JobPatch:
     name: str | None = None
     tenant: str | None = None
     schedule: Schedule | None = None
-    target: WebhookTarget | None = None
+    target: Target | None = None
     retry: RetryPolicy | None = None
 
 
@@ -348,11 +357,26 @@ def _check_retry(policy: RetryPolicy) -> None:
         raise InvalidInput("retry.multiplier", _MULTIPLIER_HINT)
 
 
-def _check_fields(*, name: str, tenant: str, target: WebhookTarget, retry: RetryPolicy) -> None:
+def _check_fields(*, name: str, tenant: str, target: Target, retry: RetryPolicy) -> None:
     if not name.strip() or len(name) > MAX_NAME_CHARS:
         raise InvalidInput("name", f"give a name of 1 to {MAX_NAME_CHARS} characters")
     if not tenant or len(tenant) > MAX_TENANT_CHARS:
         raise InvalidInput("tenant", f"give a tenant of 1 to {MAX_TENANT_CHARS} characters")
+    if isinstance(target, TaskTarget):
+        _check_task(target)
+    else:
+        _check_webhook(target)
+    _check_retry(retry)
+
+
+def _check_task(target: TaskTarget) -> None:
+    if not target.name.strip() or len(target.name) > MAX_NAME_CHARS:
+        raise InvalidInput("target.name", f"give a task name of 1 to {MAX_NAME_CHARS} characters")
+    if not 0 < target.timeout_s <= MAX_TASK_TIMEOUT_S:
+        raise InvalidInput("target.timeout", "give a timeout above zero and at most PT1H")
+
+
+def _check_webhook(target: WebhookTarget) -> None:
     try:
         check_webhook_url(target.url)
     except ValueError as exc:
@@ -362,7 +386,6 @@ def _check_fields(*, name: str, tenant: str, target: WebhookTarget, retry: Retry
         raise InvalidInput("target.method", f"{target.method!r} is not one of {allowed}")
     if not 0 < target.timeout_s <= MAX_TIMEOUT_S:
         raise InvalidInput("target.timeout", "give a timeout above zero and at most PT5M")
-    _check_retry(retry)
 
 
 def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:

@@ -53,13 +53,16 @@ class Settings(BaseSettings):
         default_factory=list,
         description="whsec_... signing secrets (two during a rotation); empty: unsigned",
     )
+    imports: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="modules with @tickwork.task functions for workers"
+    )
     history_retention_days: float = Field(
         30, gt=0, description="attempts and finished runs older than this are deleted"
     )
     max_body_bytes: int = Field(256 * 1024, ge=1024)
     log_level: str = "info"
 
-    @field_validator("webhook_allow", "webhook_secrets", mode="before")
+    @field_validator("webhook_allow", "webhook_secrets", "imports", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):

@@ -822,3 +822,19 @@ async def test_deeply_nested_bodies_are_refused(api: Api, depth: int, status: in
     )
     error = error_of(response, status)
     assert "nested too deeply" in error["message"]
+
+
+async def test_task_targets_round_trip_and_are_checked(api: Api) -> None:
+    target = {"type": "task", "name": "reports.build", "args": {"day": 1}, "timeout": "PT2M"}
+    job = await create(api, target=target)
+    assert job["target"] == target
+    fetched = (await api.client.get(f"/v1/jobs/{job['id']}")).json()
+    assert fetched["target"] == target
+    for bad, field in [
+        ({"type": "task"}, "target.name"),
+        ({"type": "task", "name": "x", "url": "https://x.test"}, "target.url"),
+        ({"type": "task", "name": "x", "timeout": "PT2H"}, "target.timeout"),
+        ({"url": "https://x.test", "name": "x"}, "target.name"),
+    ]:
+        error = error_of(await api.client.post("/v1/jobs", json=job_body(target=bad)), 422)
+        assert error["field"] == field, (bad, error)

@@ -488,3 +488,22 @@ def test_entry_point_help_lists_the_commands() -> None:
     assert result.returncode == 0
     for command in ("up", "db", "jobs", "runs", "dlq", "preview"):
         assert command in result.stdout
+
+
+def test_task_jobs_are_created_and_shown(cli: Any) -> None:
+    base = ["jobs", "create", "--name", "build", "--every", "PT1H"]
+    job = cli(*base, "--task", "reports.build", "--args", '{"day": 1}', "--json").json()
+    assert job["target"] == {
+        "type": "task",
+        "name": "reports.build",
+        "args": {"day": 1},
+        "timeout": "PT1M",
+    }
+    shown = cli("jobs", "get", job["id"])
+    assert shown.code == 0
+    assert "task reports.build" in shown.out
+    both = cli(*base, "--task", "x", "--url", "https://example.com/hook")
+    neither = cli(*base)
+    for result in (both, neither):
+        assert result.code == 2
+        assert "give one of --url (a webhook) or --task (a Python task)" in result.err

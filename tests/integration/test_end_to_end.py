@@ -6,6 +6,7 @@ and with the headers that identify it; two processes sharing one store must not 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -138,3 +139,36 @@ async def test_two_processes_on_one_store_never_double_fire(
         await second.stop()
     for n in range(20):
         assert_once_each_on_time(receiver.for_path(f"/j{n}"), timedelta(seconds=1))
+
+
+async def test_python_tasks_run_in_the_worker_once_per_occurrence(
+    tmp_path, receiver: Receiver
+) -> None:  # type: ignore[no-untyped-def]
+    up = UpProcess(f"sqlite:///{tmp_path}/t.db", args=["--import", "tests.support.sample_tasks"])
+    await up.start()
+    try:
+        target = {"type": "task", "name": "tests.echo", "args": {"url": receiver.url("/task")}}
+        job = await create(up, {"name": "t", "schedule": {"every": "PT1S"}, "target": target})
+        assert job["target"] == {**target, "timeout": "PT1M"}
+        hits = await receiver.wait_for("/task", 3)
+        missing = {
+            "name": "t2",
+            "schedule": {"every": "PT1S"},
+            "target": {"type": "task", "name": "nope"},
+        }
+        lost = await create(up, {**missing, "retry": {"max_attempts": 1}})
+        dead = await dead_letters_of(up, lost["id"])
+    finally:
+        await up.stop()
+    assert_once_each_on_time(hits, timedelta(seconds=1))
+    assert "no task named 'nope'" in dead[0]["last_error"]
+
+
+async def dead_letters_of(up: UpProcess, job_id: str) -> list[dict]:  # type: ignore[type-arg]
+    """Poll the API (another process: there is no event to await) until the job has some."""
+    async with asyncio.timeout(10):
+        while True:
+            page = await up.call("GET", "/v1/dead-letters", params={"job_id": job_id})
+            if dead := page.json()["dead_letters"]:
+                return dead  # type: ignore[no-any-return]
+            await asyncio.sleep(0.05)

@@ -21,6 +21,7 @@ class UpProcess:
     db_url: str
     extra_env: dict[str, str] = field(default_factory=dict)
     command: str = "up"
+    args: list[str] = field(default_factory=list)  # extra command-line arguments
     port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
     banner: str = ""
@@ -38,7 +39,7 @@ class UpProcess:
         }
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tickwork", self.command,
-            "--db", self.db_url, "--port", str(self.port),
+            "--db", self.db_url, "--port", str(self.port), *self.args,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=env,

@@ -35,6 +35,7 @@ from tickwork.domain.jobs import (
     JobState,
     MisfirePolicy,
     Schedule,
+    TaskTarget,
     Trigger,
     WebhookTarget,
 )
@@ -155,17 +156,25 @@ class ScheduleIn(_Input):
 
 
 class TargetIn(_Input):
-    type: Literal["webhook"] = "webhook"
-    url: str = Field(max_length=2048, examples=["https://example.com/hook"])
+    """A webhook (`type` "webhook": url, method, headers, body) or a Python task registered in
+    the workers (`type` "task": name, args). `timeout` applies to both."""
+
+    type: Literal["webhook", "task"] = "webhook"
+    url: str | None = Field(None, max_length=2048, examples=["https://example.com/hook"])
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
     headers: dict[str, str] = Field(default_factory=dict, max_length=100)
     body: JsonValue = None
-    timeout: Duration = Field(DEFAULT_TIMEOUT, description="at most PT5M")
+    name: str | None = Field(None, max_length=200, description="task: its registered name")
+    args: JsonValue = Field(None, description="task: a JSON value passed as ctx.args")
+    timeout: Duration | None = Field(
+        None, description="webhook: default PT10S, at most PT5M; task: default PT1M, at most PT1H"
+    )
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, url: str) -> str:
-        check_webhook_url(url)
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            check_webhook_url(url)
         return url
 
     @field_validator("method", mode="before")
@@ -183,8 +192,15 @@ class TargetIn(_Input):
                 raise ValueError(f"header {name!r} has a control character (CR, LF, ...)")
         return headers
 
-    def to_domain(self) -> WebhookTarget:
-        timeout_ms = parse_duration_ms(self.timeout, field="target.timeout")
+    def to_domain(self) -> WebhookTarget | TaskTarget:
+        if self.type == "task":
+            return self._task()
+        for field in ("name", "args"):
+            if field in self.model_fields_set:
+                raise InvalidInput(f"target.{field}", 'only a "task" target takes it')
+        if self.url is None:
+            raise InvalidInput("target.url", "a webhook target needs a url", code="missing")
+        timeout_ms = parse_duration_ms(self.timeout or DEFAULT_TIMEOUT, field="target.timeout")
         return WebhookTarget(
             url=self.url,
             method=self.method,
@@ -192,6 +208,15 @@ class TargetIn(_Input):
             body=self.body,
             timeout_s=timeout_ms / 1000,
         )
+
+    def _task(self) -> TaskTarget:
+        for field in ("url", "method", "headers", "body"):
+            if field in self.model_fields_set:
+                raise InvalidInput(f"target.{field}", 'a "task" target does not take it')
+        if not self.name:
+            raise InvalidInput("target.name", "a task target needs the task's name", code="missing")
+        timeout_ms = parse_duration_ms(self.timeout or "PT1M", field="target.timeout")
+        return TaskTarget(name=self.name, args=self.args, timeout_s=timeout_ms / 1000)
 
 
 def parse_delay_ms(value: str | int | float, field: str) -> int:
@@ -337,6 +362,18 @@ class ScheduleOut(_Output):
         )
 
 
+class TaskTargetOut(_Output):
+    type: Literal["task"] = "task"
+    name: str
+    args: JsonValue
+    timeout: str
+
+    @classmethod
+    def of(cls, target: TaskTarget) -> TaskTargetOut:
+        timeout = format_duration_ms(round(target.timeout_s * 1000))
+        return cls(name=target.name, args=target.args, timeout=timeout)
+
+
 class TargetOut(_Output):
     type: Literal["webhook"] = "webhook"
     url: str
@@ -378,7 +415,7 @@ class JobOut(_Output):
     tenant: str
     state: JobState
     schedule: ScheduleOut
-    target: TargetOut
+    target: TargetOut | TaskTargetOut
     retry: RetryOut
     next_run_at: InstantOut | None
     last_fired_at: InstantOut | None
@@ -394,7 +431,11 @@ class JobOut(_Output):
             tenant=job.tenant,
             state=job.state,
             schedule=ScheduleOut.of(job.schedule),
-            target=TargetOut.of(job.target),
+            target=(
+                TaskTargetOut.of(job.target)
+                if isinstance(job.target, TaskTarget)
+                else TargetOut.of(job.target)
+            ),
             retry=RetryOut.of(job.retry),
             next_run_at=_iso(job.next_run_at),
             last_fired_at=_iso(job.last_fired_at),

@@ -63,7 +63,16 @@ class WebhookTarget:
     timeout_s: float = 10.0
 
 
-Target = WebhookTarget
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskTarget:
+    """A Python function registered with `@tickwork.task(name)` in the worker processes."""
+
+    name: str
+    args: Any = None  # JSON value handed to the task as `ctx.args`
+    timeout_s: float = 60.0
+
+
+Target = WebhookTarget | TaskTarget
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

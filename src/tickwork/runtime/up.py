@@ -27,8 +27,9 @@ from tickwork.queue.base import Envelope, Queue
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
+from tickwork.tasks import DEFAULT_REGISTRY, TargetRunner, TaskRunner, import_task_modules
 from tickwork.worker.consumer import QueueConsumer
-from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.executor import Executor, ExecutorConfig, Runner
 from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
 
@@ -60,6 +61,8 @@ def run_up(settings: Settings, roles: frozenset[Role] = ALL_ROLES) -> None:
     # Migration chatter is not news at `info`; failures still surface as errors.
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # uvloop (installed with uvicorn[standard]) roughly halves the event loop's cost per fire.
+    if Role.WORKER in roles:
+        import_task_modules(settings.imports)  # before serving: a bad module stops us here
     uvloop.run(serve(settings, roles))
 
 
@@ -114,7 +117,9 @@ async def _serve_with(
         executor = None
         queue = await _open_queue(stack, settings, roles)
         if Role.WORKER in roles:
-            runner = await stack.enter_async_context(_webhook_runner(settings, clock))
+            webhooks = await stack.enter_async_context(_webhook_runner(settings, clock))
+            tasks = TaskRunner(DEFAULT_REGISTRY, store, clock, lease_ttl_ms=settings.lease_ttl_ms)
+            runner = TargetRunner(webhooks, tasks)
             executor = _executor(store, clock, settings, node_id, runner, queue is not None)
             services.append(executor.run(stop))
             if queue is not None:
@@ -141,13 +146,13 @@ async def _serve_with(
                 app, host=settings.host, port=settings.port, log_level="warning", lifespan="off"
             )
         )
-        tasks = [asyncio.create_task(service) for service in services]
+        running = [asyncio.create_task(service) for service in services]
         try:
             _announce(settings, sock, roles)
             await server.serve(sockets=[sock])
         finally:
             stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*running, return_exceptions=True)
 
 
 async def _open_queue(
@@ -203,7 +208,7 @@ def _executor(
     clock: Clock,
     settings: Settings,
     node_id: str,
-    runner: WebhookRunner,
+    runner: Runner,
     external_queue: bool,
 ) -> Executor:
     config = ExecutorConfig(

@@ -15,6 +15,7 @@ from tickwork.domain.jobs import (
     JobState,
     MisfirePolicy,
     Schedule,
+    TaskTarget,
     WebhookTarget,
 )
 from tickwork.domain.retry import RetryPolicy
@@ -118,7 +119,10 @@ def retry_from_json(text: str | None) -> RetryPolicy:
     return DEFAULT_RETRY if text is None else RetryPolicy(**json.loads(text))
 
 
-def target_json(target: WebhookTarget) -> str:
+def target_json(target: WebhookTarget | TaskTarget) -> str:
+    if isinstance(target, TaskTarget):
+        raw = {"type": "task", "name": target.name, "args": target.args}
+        return json.dumps({**raw, "timeout_s": target.timeout_s}, separators=(",", ":"))
     return json.dumps(
         {
             "type": "webhook",
@@ -132,8 +136,10 @@ def target_json(target: WebhookTarget) -> str:
     )
 
 
-def target_from_json(text: str) -> WebhookTarget:
+def target_from_json(text: str) -> WebhookTarget | TaskTarget:
     raw = json.loads(text)
+    if raw["type"] == "task":
+        return TaskTarget(name=raw["name"], args=raw["args"], timeout_s=raw["timeout_s"])
     return WebhookTarget(
         url=raw["url"],
         method=raw["method"],

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from tickwork.clock import Clock, SystemClock, utc_iso
+from tickwork.domain.jobs import WebhookTarget
 from tickwork.domain.retry import classify_http, http_succeeded, parse_retry_after
 from tickwork.domain.runs import Fire
 from tickwork.webhooks import sign
@@ -84,6 +85,8 @@ class WebhookRunner:
         if self._session is None:
             raise RuntimeError("WebhookRunner used outside `async with`")
         target = fire.target
+        if not isinstance(target, WebhookTarget):
+            raise TypeError("WebhookRunner runs webhook targets only")
         headers = {**target.headers, **fire_headers(fire)}
         data: bytes | None = None
         if target.body is not None:

@@ -1,0 +1,354 @@
+"""End to end on PostgreSQL with one process per role: api, scheduler, worker (stage 2).
+
+Per queue ("table": the runs table is the queue, the default; "nats": a throwaway
+`nats-server -js` of our own via `TICKWORK_QUEUE_URL`), each case on a fresh database with fresh
+processes (`python -m tickwork api|scheduler|worker --db URL`) and a no-op webhook receiver in
+its own process (`bench/receiver.py`):
+
+- burst: N one-shot jobs (`{"at": T}`) all due at the same instant T, created in advance
+  directly through the store's `JobService` (before the processes start, so the scheduler is
+  not woken by N notifications). Measured: T until the last webhook arrives, fires/s, receiver
+  lateness (arrival - scheduled), missing/duplicate occurrences (by `webhook-id`), commits per
+  fire (`pg_stat_database`), CPU per process.
+- sustained: a ramp of rates; at each rate R, R jobs `{"every": "PT1S"}` with anchors spread
+  evenly over the second (created over HTTP), a warm-up, then a window of whole seconds. The
+  highest rate whose receiver lateness p99 stays under 100 ms (and nothing missing) passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench import lateness, procs
+from bench.env import Env
+from bench.meter import CpuMeter, wait_for_quiet
+from bench.pgutil import delta
+from bench.receiver import COUNT_PATH
+from bench.stats import summary
+from tickwork.clock import SystemClock
+from tickwork.domain.jobs import AtTrigger, Schedule, WebhookTarget
+from tickwork.jobs import JobService, JobSpec
+from tickwork.store.postgres import PostgresStore
+from tickwork.testing import ThrowawayNats, free_port
+
+QUEUES = ("table", "nats")
+ROLES = ("api", "scheduler", "worker")
+SUSTAINED_P99_MS = 100.0
+BASE_ENV = {"TICKWORK_LOG_LEVEL": "warning", "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class E2EConfig:
+    burst_jobs: int = 100_000
+    create_concurrency: int = 16
+    create_rate_guess: float = 800.0  # jobs/s, to place T after the creation (checked)
+    lead_s: float = 12.0  # T - end of creation (estimated): processes start in this time
+    burst_timeout_s: float = 600.0  # stop waiting when nothing arrives for this long
+    stall_s: float = 30.0
+    rates: tuple[int, ...] = (200, 500, 1000, 2000)
+    warmup_s: float = 5.0
+    window_s: int = 20
+    settle_s: float = 2.0
+
+    @classmethod
+    def quick(cls) -> E2EConfig:
+        return cls(burst_jobs=5000, rates=(200, 1000), warmup_s=3.0, window_s=5, lead_s=8.0)
+
+
+async def run(env: Env, cfg: E2EConfig) -> dict[str, Any]:
+    burst, sustained = [], []
+    for queue in QUEUES:
+        burst.append(await _guarded(burst_case(env, cfg, queue), queue))
+        print(_burst_line(burst[-1]), flush=True)
+    for queue in QUEUES:
+        sustained.append(await _guarded(ramp(env, cfg, queue), queue))
+    return {"config": asdict(cfg), "burst": burst, "sustained": sustained}
+
+
+async def _guarded(coro: Any, queue: str) -> dict[str, Any]:
+    try:
+        return dict(await coro)
+    except Exception as exc:  # one broken case must not lose the others
+        return {"queue": queue, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _burst_line(case: dict[str, Any]) -> str:
+    name = f"  e2e burst {case['queue']:>5}:"
+    if "error" in case:
+        return f"{name} FAILED {case['error']}"
+    lat = case["lateness_ms"]
+    return (
+        f"{name} {case['jobs']} jobs in {case['completion_s']} s = {case['fires_per_s']} "
+        f"fires/s, p50 {lat.get('p50')} p99 {lat.get('p99')} max {lat.get('max')} ms, "
+        f"missing {case['missing']} dup {case['duplicates']}, "
+        f"commits/fire {case['per_fire'].get('xact_commit')}, noise {case['cpu']['foreign_cores']}"
+    )
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def queue_server(env: Env, queue: str) -> AsyncIterator[str | None]:
+    """The URL of a throwaway NATS of our own for "nats"; None for "table"."""
+    if queue == "table":
+        yield None
+        return
+    server = await asyncio.to_thread(ThrowawayNats)
+    try:
+        await asyncio.to_thread(server.start)
+        process = getattr(server, "_process", None)
+        if process is not None:
+            env.attribution.named[process.pid] = "nats"
+        yield server.url
+    finally:
+        await asyncio.to_thread(server.cleanup)
+
+
+@contextlib.asynccontextmanager
+async def receiver(env: Env, tag: str) -> AsyncIterator[tuple[str, Path]]:
+    """A receiver process: (its base URL, the file its arrivals are in once it stopped)."""
+    out = env.tmp / f"receiver-e2e-{tag}.json"
+    child, line = await procs.start(
+        "receiver",
+        [sys.executable, "-m", "bench.receiver", "--out", str(out)],
+        ready="ready",
+        log_path=env.tmp / f"receiver-e2e-{tag}.log",
+    )
+    env.attribution.named[child.pid] = "receiver"
+    try:
+        yield f"http://127.0.0.1:{line.split()[-1]}", out
+    finally:
+        await child.stop()
+
+
+@contextlib.asynccontextmanager
+async def roles(
+    env: Env, url: str, queue_url: str | None, tag: str, out: dict[str, Any]
+) -> AsyncIterator[str]:
+    """api, scheduler and worker processes on `url`; yields the API's base URL.
+
+    On exit they are stopped (SIGTERM) and `out` gets their exit codes and logged errors."""
+    port = free_port()
+    extra = {"TICKWORK_QUEUE_URL": queue_url} if queue_url else {}
+    argv = {"api": ["--port", str(port)], "scheduler": [], "worker": []}
+    children = await asyncio.gather(
+        *(_start_role(env, role, url, argv[role], tag, extra) for role in ROLES),
+        return_exceptions=True,
+    )
+    started = [c for c in children if isinstance(c, procs.Child)]
+    try:
+        for c in children:
+            if isinstance(c, BaseException):
+                raise c
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        codes = await asyncio.gather(*(c.stop() for c in started))
+        out["exit_codes"] = {c.name: code for c, code in zip(started, codes, strict=True)}
+        out["errors_logged"] = sum(_errors(c) for c in started)
+
+
+async def _start_role(
+    env: Env, role: str, url: str, args: list[str], tag: str, extra: dict[str, str]
+) -> procs.Child:
+    child, _line = await procs.start(
+        role,
+        [sys.executable, "-m", "tickwork", role, "--db", url, *args],
+        ready="listening",
+        log_path=env.tmp / f"e2e-{tag}-{role}.log",
+        env=BASE_ENV | extra,
+    )
+    env.attribution.named[child.pid] = role
+    return child
+
+
+def _errors(child: procs.Child) -> int:
+    log = child.log_path.read_text(errors="replace").splitlines()
+    return sum(("ERROR" in ln or "Traceback" in ln) for ln in log)
+
+
+# -- burst ------------------------------------------------------------------------------------
+
+
+async def burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
+    quiet = await asyncio.to_thread(wait_for_quiet, env.attribution, max_wait_s=10.0)
+    db = await env.admin.create(f"e2e_burst_{queue}")
+    url = env.admin.dsn(db)
+    result: dict[str, Any] = {"queue": queue, "jobs": cfg.burst_jobs, "foreign_before": quiet}
+    async with receiver(env, f"burst-{queue}") as (base, out):
+        t_us = _burst_instant(cfg)
+        result["create_s"] = await create_at_jobs(url, f"{base}/hook", t_us, cfg)
+        before = await env.admin.counters(db)
+        async with (
+            queue_server(env, queue) as queue_url,
+            roles(env, url, queue_url, f"burst-{queue}", result),
+        ):
+            result["ready_before_t_s"] = round(t_us / 1e6 - time.time(), 2)
+            await _sleep_until(t_us / 1e6)
+            with CpuMeter(env.attribution) as meter:
+                result["waited_s"] = await _wait_for(base, cfg)
+    counters = delta(await env.admin.counters(db), before)
+    await env.admin.drop(db)
+    arrivals = json.loads(out.read_text())
+    found = analyse_burst(arrivals, t_us, cfg.burst_jobs, counters)
+    return result | {"cpu": meter.report()} | found
+
+
+def _burst_instant(cfg: E2EConfig) -> int:
+    """T, in epoch µs, on a whole second: after the creation (estimated) and the start-up."""
+    est = cfg.burst_jobs / cfg.create_rate_guess + cfg.lead_s
+    return math.ceil(time.time() + est) * 1_000_000
+
+
+async def create_at_jobs(url: str, hook: str, t_us: int, cfg: E2EConfig) -> float:
+    """Create the one-shot jobs through the store's JobService (N concurrent creators)."""
+    started = time.monotonic()
+    at = datetime.fromtimestamp(t_us / 1e6, UTC)
+    spec = JobSpec(
+        name="bench-burst",
+        schedule=Schedule(trigger=AtTrigger(at=at), misfire_grace_ms=3_600_000),
+        target=WebhookTarget(url=hook, method="POST"),
+    )
+    store = PostgresStore(url, pool_size=cfg.create_concurrency)
+    await store.open()
+    try:
+        service = JobService(store, SystemClock())
+        per = -(-cfg.burst_jobs // cfg.create_concurrency)
+
+        async def creator(start: int) -> None:
+            for _ in range(start, min(start + per, cfg.burst_jobs)):
+                await service.create(spec)
+
+        await asyncio.gather(*(creator(s) for s in range(0, cfg.burst_jobs, per)))
+    finally:
+        await store.close()
+    return round(time.monotonic() - started, 2)
+
+
+async def _sleep_until(epoch_s: float) -> None:
+    await asyncio.sleep(max(0.0, epoch_s - time.time()))
+
+
+async def _wait_for(base: str, cfg: E2EConfig) -> float:
+    """Poll the receiver until it has N requests or nothing came for `stall_s`."""
+    started = time.monotonic()
+    last, last_change = -1, started
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() - started < cfg.burst_timeout_s:
+            async with session.get(base + COUNT_PATH) as response:
+                count = int(await response.text())
+            now = time.monotonic()
+            if count != last:
+                last, last_change = count, now
+            if count >= cfg.burst_jobs or now - last_change > cfg.stall_s:
+                break
+            await asyncio.sleep(0.2)
+    return round(time.monotonic() - started, 2)
+
+
+def analyse_burst(
+    arrivals: list[list[Any]], t_us: int, jobs: int, counters: dict[str, int]
+) -> dict[str, Any]:
+    t_s = t_us / 1e6
+    hooks = [a for a in arrivals if a[1]]
+    keys = {a[2] for a in hooks}
+    late_ms = [(a[0] - datetime.fromisoformat(a[1]).timestamp()) * 1000 for a in hooks]
+    completion = max((a[0] for a in hooks), default=math.nan) - t_s
+    return {
+        "deliveries": len(hooks),
+        "distinct": len(keys),
+        "missing": jobs - len(keys),
+        "duplicates": len(hooks) - len(keys),
+        "completion_s": round(completion, 3),
+        "fires_per_s": round(len(keys) / completion, 1) if completion > 0 else math.nan,
+        "first_arrival_ms": round((min((a[0] for a in hooks), default=math.nan) - t_s) * 1e3, 1),
+        "lateness_ms": summary(late_ms),
+        "counters": counters,
+        "per_fire": {k: round(v / jobs, 3) for k, v in counters.items()},
+    }
+
+
+# -- sustained --------------------------------------------------------------------------------
+
+
+async def ramp(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
+    """Steps up the rates; stops after the first failing step."""
+    steps: list[dict[str, Any]] = []
+    for rate in cfg.rates:
+        step = await _guarded(sustained_step(env, cfg, queue, rate), queue)
+        step.setdefault("rate", rate)
+        steps.append(step)
+        print(_step_line(step), flush=True)
+        if not step.get("passed"):
+            break
+    passing = [s["rate"] for s in steps if s.get("passed")]
+    return {"queue": queue, "steps": steps, "best_rate": max(passing, default=0)}
+
+
+def _step_line(step: dict[str, Any]) -> str:
+    name = f"  e2e sustained {step['queue']:>5} {step['rate']:>5}/s:"
+    if "error" in step:
+        return f"{name} FAILED {step['error']}"
+    lat = step["lateness_ms"]
+    return (
+        f"{name} p50 {lat.get('p50')} p99 {lat.get('p99')} max {lat.get('max')} ms, "
+        f"missing {step['missing']}, passed {step['passed']}, "
+        f"noise {step['cpu']['foreign_cores']}"
+    )
+
+
+async def sustained_step(env: Env, cfg: E2EConfig, queue: str, rate: int) -> dict[str, Any]:
+    quiet = await asyncio.to_thread(wait_for_quiet, env.attribution, max_wait_s=5.0)
+    db = await env.admin.create(f"e2e_rate_{queue}")
+    url, tag = env.admin.dsn(db), f"rate-{queue}-{rate}"
+    result: dict[str, Any] = {"queue": queue, "rate": rate, "foreign_before": quiet}
+    async with (
+        receiver(env, tag) as (base, out),
+        queue_server(env, queue) as queue_url,
+        roles(env, url, queue_url, tag, result) as api,
+    ):
+        result |= await _measure_rate(env, cfg, api, f"{base}/hook", rate)
+    await env.admin.drop(db)
+    window: lateness.Window = result.pop("window")
+    arrivals = json.loads(out.read_text())
+    return result | analyse_step(arrivals, window, rate)
+
+
+async def _measure_rate(env: Env, cfg: E2EConfig, api: str, hook: str, rate: int) -> dict[str, Any]:
+    created = lateness.LatenessConfig(jobs=rate, create_concurrency=cfg.create_concurrency)
+    create_s = await lateness.create_jobs(api, hook, "spread", created)
+    start = math.ceil(time.time() + cfg.warmup_s)
+    window = lateness.Window(start * 1_000_000, (start + cfg.window_s) * 1_000_000)
+    await _sleep_until(start)
+    with CpuMeter(env.attribution) as meter:
+        await _sleep_until(window.end_us / 1e6)
+    await asyncio.sleep(cfg.settle_s)
+    return {"window": window, "create_s": round(create_s, 2), "cpu": meter.report()}
+
+
+def analyse_step(arrivals: list[list[Any]], window: lateness.Window, rate: int) -> dict[str, Any]:
+    seconds = (window.end_us - window.start_us) // 1_000_000
+    found = lateness.receiver_summary(arrivals, window)
+    expected = rate * seconds
+    missing = expected - found["distinct"]
+    p99 = found["lateness_ms"].get("p99", math.nan)
+    return {
+        "expected": expected,
+        "deliveries": found["deliveries"],
+        "missing": missing,
+        "duplicates": found["deliveries"] - found["distinct"],
+        "lateness_ms": found["lateness_ms"],
+        "passed": bool(p99 < SUSTAINED_P99_MS and missing == 0),
+    }
