@@ -74,7 +74,33 @@ def _major_version(bindir: Path) -> int:
     return int(name) if name.isdigit() else 0
 
 
-class ThrowawayPostgres:
+class _Disposable:
+    """`with` support for the throwaway servers: start on entry, always clean up on exit."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+class ThrowawayPostgres(_Disposable):
     """A private PostgreSQL cluster: initdb into a temp dir, served on a free 127.0.0.1 port.
 
     Use as a context manager (initdb + start on enter, cleanup on exit). initdb and pg_ctl
@@ -211,22 +237,6 @@ class ThrowawayPostgres:
             self._running = False
             atexit.unregister(self.cleanup)
 
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
-
     # -- internals ---------------------------------------------------------------------------
 
     def _run(self, tool: str, args: Sequence[str], tail: Sequence[str] = ()) -> None:
@@ -261,7 +271,7 @@ class ThrowawayPostgres:
 # -- throwaway NATS and Redis servers -----------------------------------------------------------
 
 
-class _ThrowawayServer:
+class _ThrowawayServer(_Disposable):
     """A server process of our own on a free 127.0.0.1 port, with its files in a temp dir.
 
     `stop()` ends it (SIGTERM, or SIGKILL with `kill=True`: a crash), `start()` brings it back
@@ -392,22 +402,6 @@ class _ThrowawayServer:
                 shutil.rmtree(self._root, ignore_errors=True)
                 self._root = None
                 atexit.unregister(self.cleanup)
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
