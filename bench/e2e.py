@@ -53,11 +53,11 @@ BASE_ENV = {"TICKWORK_LOG_LEVEL": "warning", "TICKWORK_WEBHOOK_ALLOW": "127.0.0.
 class E2EConfig:
     burst_jobs: int = 100_000
     create_concurrency: int = 16
-    create_rate_guess: float = 800.0  # jobs/s, to place T after the creation (checked)
+    create_rate_guess: float = 1200.0  # jobs/s, to place T after the creation (checked)
     lead_s: float = 12.0  # T - end of creation (estimated): processes start in this time
     burst_timeout_s: float = 600.0  # stop waiting when nothing arrives for this long
     stall_s: float = 30.0
-    rates: tuple[int, ...] = (200, 500, 1000, 2000)
+    rates: tuple[int, ...] = (200, 300, 500, 700, 1000, 2000)
     warmup_s: float = 5.0
     window_s: int = 20
     settle_s: float = 2.0

@@ -7,6 +7,10 @@ import math
 from typing import Any
 
 LATENESS_TARGET_MS = 20.0
+E2E_WEBHOOK_TARGET = 5000.0  # fires/s end to end with webhooks (the issue)
+E2E_TASK_TARGET = 10000.0  # fires/s end to end with a Python no-op task (no such executor yet)
+E2E_P99_MS = 100.0
+QUEUE_NAMES = {"table": "table queue", "nats": "NATS"}
 CLAIM_TARGET_PCT = 50.0
 STORE_NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 CONTENDER_NAMES = {
@@ -40,6 +44,8 @@ def render(run: dict[str, Any], previous: str = "") -> str:
         lines += _lateness(run["lateness"])
     if run.get("claim"):
         lines += _claim(run["claim"])
+    if run.get("e2e"):
+        lines += _e2e(run["e2e"])
     lines += _notes()
     _, marker, analysis = previous.partition(ANALYSIS_MARKER)
     return "\n".join(lines) + "\n" + ANALYSIS_MARKER + (analysis if marker else "\n")
@@ -71,6 +77,8 @@ def targets(run: dict[str, Any]) -> list[str]:
     claim = (run.get("claim") or {}).get("summary", {})
     if "tickwork" in claim:
         rows += _claim_targets(claim)
+    if run.get("e2e"):
+        rows += _e2e_targets(run["e2e"])
     if not rows:
         return []
     head = ["target (from the issue)", "measured", "noise (foreign cores)", "met?"]
@@ -122,7 +130,7 @@ def _how(run: dict[str, Any]) -> list[str]:
         "uv run python -m bench                 # everything, ~20 min; rewrites this file",
         "uv run python -m bench --quick         # a smoke run of the harness (~3 min)",
         "uv run python -m bench --render        # re-render from bench/results/, no measuring",
-        "uv run python -m bench --only claim    # or --only lateness",
+        "uv run python -m bench --only claim    # or --only lateness, --only e2e",
         "uv run python -m bench --pg-dsn postgresql://USER@HOST:PORT/postgres",
         "```",
         "",
@@ -380,6 +388,151 @@ def _claim_phases(section: dict[str, Any]) -> list[str]:
                  "</summary>", "", "```", profile["top_tottime"].strip(), "```", "",
                  "</details>", ""]  # fmt: skip
     return head + lines + tail
+
+
+def _e2e_targets(section: dict[str, Any]) -> list[list[str]]:
+    rows = [[f"{num(E2E_TASK_TARGET, 0)} fires/s end to end, Python no-op task",
+             "not measured: this benchmark drives webhook targets only (Python task targets "
+             "arrived in commit 202675a while it was being written)", "-", "n/a"]]  # fmt: skip
+    rows += [_e2e_burst_target(c) for c in section.get("burst", [])]
+    return rows + [_e2e_ramp_target(r) for r in section.get("sustained", [])]
+
+
+def _e2e_burst_target(case: dict[str, Any]) -> list[str]:
+    label = (
+        f"{num(E2E_WEBHOOK_TARGET, 0)} fires/s end to end with webhooks, burst, "
+        f"{QUEUE_NAMES[case['queue']]}"
+    )
+    if "error" in case:
+        return [label, f"failed: {case['error']}", "-", "**no**"]
+    ok = case["fires_per_s"] >= E2E_WEBHOOK_TARGET and case["missing"] == 0
+    measured = (
+        f"{num(case['fires_per_s'], 0)} fires/s ({num(case['jobs'])} one-shots in "
+        f"{num(case['completion_s'], 2)} s, missing {num(case['missing'])})"
+    )
+    return [label, measured, num(case["cpu"]["foreign_cores"], 2), _yes(ok)]
+
+
+def _e2e_ramp_target(ramp: dict[str, Any]) -> list[str]:
+    label = (
+        f"{num(E2E_WEBHOOK_TARGET, 0)} fires/s with webhooks, sustained with "
+        f"p99 < {E2E_P99_MS:g} ms, {QUEUE_NAMES[ramp['queue']]}"
+    )
+    if "error" in ramp:
+        return [label, f"failed: {ramp['error']}", "-", "**no**"]
+    noise = "/".join(num(s.get("cpu", {}).get("foreign_cores"), 2) for s in ramp["steps"])
+    top = max(s["rate"] for s in ramp["steps"])
+    measured = f"highest passing rate {num(ramp['best_rate'])} fires/s (ramp went up to {num(top)})"
+    return [label, measured, noise, _yes(ramp["best_rate"] >= E2E_WEBHOOK_TARGET)]
+
+
+def _e2e(section: dict[str, Any]) -> list[str]:
+    cfg = section["config"]
+    lines = [
+        "## 3. End to end (stage 2): one process per role on PostgreSQL",
+        "",
+        f"Measured {section['date']}. Per case a fresh PostgreSQL database and fresh processes: "
+        "`python -m tickwork api --db URL --port P`, one `python -m tickwork scheduler --db "
+        "URL`, one `python -m tickwork worker --db URL` (`TICKWORK_LOG_LEVEL=warning`, "
+        "`TICKWORK_WEBHOOK_ALLOW=127.0.0.1/32`), and the no-op webhook receiver in its own "
+        "process. **table queue**: the default, the runs table is the queue (the scheduler "
+        "hands off pending runs, the worker leases them). **NATS**: the same plus "
+        "`TICKWORK_QUEUE_URL=nats://127.0.0.1:PORT` of a throwaway `nats-server -js` started "
+        "for the case (never the machine's shared NATS).",
+        "",
+        f'- **burst**: {num(cfg["burst_jobs"])} one-shot jobs (`{{"at": T}}`, webhook '
+        "target, `misfire_grace_ms` 1 h so every fire takes the on-time path) all due at the "
+        "same whole second T. They are created in advance **directly through the store's "
+        f"`JobService`** ({cfg['create_concurrency']} concurrent creators on one pool, one "
+        "INSERT per job; much faster than the API and done before the processes start so the "
+        "scheduler is not woken N times). **time to last** = arrival of the last webhook - T; "
+        "**fires/s** = occurrences received / that time; **lateness** = arrival at the "
+        "receiver - `tickwork-scheduled-for`; missing/dup by the `webhook-id` header. "
+        "**commits per fire** = `xact_commit` delta of the case's database from after the "
+        "job creation until the processes stopped (includes their start-up, idle polling "
+        "and shutdown) / N. `pg_stat_database` does not count statements; statements per "
+        "fire on the claim path are in section 2.",
+        f'- **sustained**: at rate R, R jobs `{{"every": "PT1S"}}` with anchors '
+        f"spread evenly over the second (created over HTTP), a {num(cfg['warmup_s'])} s "
+        f"warm-up, then a window of {cfg['window_s']} whole seconds; rates "
+        f"{', '.join(num(r) for r in cfg['rates'])} fires/s in turn, stopping after the first "
+        f"that fails. A rate passes when receiver lateness p99 < {E2E_P99_MS:g} ms and no "
+        "occurrence scheduled in the window is missing.",
+        "",
+    ]
+    return lines + _config_line(cfg) + _e2e_burst(section["burst"]) + _e2e_ramps(section)
+
+
+_E2E_CPU = ("api", "scheduler", "worker", "receiver", "nats", "postgres", "driver")
+
+
+def _cpu_cells(cpu: dict[str, Any]) -> list[str]:
+    cores = cpu["cores"]
+    return [num(cores.get(g, 0.0), 2) for g in _E2E_CPU] + [
+        num(cpu["foreign_cores"], 2), num(cpu["other_cores"], 2), num(cpu["steal_cores"], 2)
+    ]  # fmt: skip
+
+
+_CPU_HEAD = ["api", "scheduler", "worker", "receiver", "nats-server", "PostgreSQL", "driver",
+             "noise: foreign", "other", "steal"]  # fmt: skip
+
+
+def _e2e_burst(cases: list[dict[str, Any]]) -> list[str]:
+    head = ["queue", "jobs", "time to last s", "**fires/s**", "first arrival ms",
+            "lateness p50", "p90", "p99", "max", "missing", "dup", "commits per fire",
+            "rows inserted / updated per fire", "job creation s", "errors logged"]  # fmt: skip
+    rows, cpu_rows = [], []
+    for c in cases:
+        if "error" in c:
+            rows.append([QUEUE_NAMES[c["queue"]], f"failed: {c['error']}"] + [""] * 13)
+            continue
+        lat, per = c["lateness_ms"], c["per_fire"]
+        rows.append([QUEUE_NAMES[c["queue"]], num(c["jobs"]), num(c["completion_s"], 2),
+                     f"**{num(c['fires_per_s'], 0)}**", num(c["first_arrival_ms"], 1)]
+                    + [num(lat.get(k), 0) for k in ("p50", "p90", "p99", "max")]
+                    + [num(c["missing"]), num(c["duplicates"]), num(per.get("xact_commit"), 3),
+                       f"{num(per.get('tup_inserted'), 2)} / {num(per.get('tup_updated'), 2)}",
+                       num(c["create_s"], 1), num(c.get("errors_logged"))])  # fmt: skip
+        cpu_rows.append([QUEUE_NAMES[c["queue"]], *_cpu_cells(c["cpu"])])
+    return [
+        "Burst (lateness in ms):",
+        "",
+        *table(head, rows),
+        "",
+        "CPU from T until the last webhook (or the wait's end), in cores:",
+        "",
+        *table(["queue", *_CPU_HEAD], cpu_rows),
+        "",
+    ]
+
+
+def _e2e_ramps(section: dict[str, Any]) -> list[str]:
+    head = ["queue", "rate fires/s", "expected", "delivered", "missing", "dup",
+            "lateness p50", "p90", "p99", "max", "passed", *_CPU_HEAD]  # fmt: skip
+    rows = []
+    for ramp in section["sustained"]:
+        for s in ramp.get("steps", []):
+            ident = [QUEUE_NAMES[ramp["queue"]], num(s["rate"])]
+            if "error" in s:
+                rows.append(ident + [f"failed: {s['error']}"] + [""] * (len(head) - 3))
+                continue
+            lat = s["lateness_ms"]
+            rows.append(ident + [num(s["expected"]), num(s["deliveries"]), num(s["missing"]),
+                        num(s["duplicates"])]
+                        + [num(lat.get(k), 2) for k in ("p50", "p90", "p99", "max")]
+                        + [_yes(s["passed"]), *_cpu_cells(s["cpu"])])  # fmt: skip
+    best = ", ".join(
+        f"{QUEUE_NAMES[r['queue']]} **{num(r.get('best_rate', 0))} fires/s**"
+        for r in section["sustained"]
+    )
+    return [
+        "Sustained ramp (receiver lateness in ms; CPU in cores over the window):",
+        "",
+        *table(head, rows),
+        "",
+        f"Highest passing rate: {best}.",
+        "",
+    ]
 
 
 def _notes() -> list[str]:
