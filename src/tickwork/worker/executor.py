@@ -37,6 +37,9 @@ class ExecutorConfig:
     # With an external queue, runs normally arrive as messages; the store is only the backstop
     # for lost messages, so a free lease is taken from it only once it is this old.
     backstop_delay_ms: int = 0
+    # Lease runs this early (handed-off fires become leasable at their instant); the fire
+    # itself still waits for its instant, so it starts on time instead of a loop tick late.
+    lookahead_ms: int = 50
 
 
 class Executor:
@@ -54,7 +57,9 @@ class Executor:
         self._leased: dict[int, int] = {}  # run_id -> fence of every fire we hold
         self._next_lease_at: datetime | None = None  # the earliest retry we released
         self._random = random.Random().random  # backoff jitter; tests may replace it
-        self._backstop = timedelta(milliseconds=config.backstop_delay_ms)
+        # How far from now the lease horizon sits: ahead by the look-ahead, behind by the
+        # backstop delay (external queues deliver first; the store only backs them up).
+        self._horizon = timedelta(milliseconds=config.lookahead_ms - config.backstop_delay_ms)
 
     def submit(self, fires: Sequence[Fire]) -> None:
         """Start each fire at its instant; returns at once (the scheduler's dispatch hook)."""
@@ -131,7 +136,7 @@ class Executor:
         self._next_lease_at = None
         now = self._clock.now()
         fires = await self._store.lease_runs(
-            now=now - self._backstop,
+            now=now + self._horizon,
             owner=self._config.node_id,
             lease_until=now + timedelta(milliseconds=self._config.lease_ttl_ms),
             limit=1000,
@@ -142,7 +147,7 @@ class Executor:
         # Sleep no longer than until the next lease frees up: a hand-off from a scheduler in
         # another process, a retry, an expiring lease.
         next_free = await self._store.next_lease_at()
-        self._next_lease_at = None if next_free is None else next_free + self._backstop
+        self._next_lease_at = None if next_free is None else next_free - self._horizon
         waiting = self._next_lease_at
         metrics.QUEUE_LAG.set(max((now - waiting).total_seconds(), 0.0) if waiting else 0.0)
         return len(fires)
