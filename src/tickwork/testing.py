@@ -83,6 +83,16 @@ class _Disposable:
     def cleanup(self) -> None:
         raise NotImplementedError
 
+    @property
+    def log_file(self) -> Path:
+        raise NotImplementedError
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
     def __enter__(self) -> Self:
         try:
             self.start()
@@ -257,12 +267,6 @@ class ThrowawayPostgres(_Disposable):
             output = (done.stderr or done.stdout).strip()
             raise ServiceUnavailable(f"{tool} exited with {done.returncode}: {output}")
 
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log)"
-
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"
         return f"ThrowawayPostgres(port={self.port}, root={self._root}, {state})"
@@ -402,12 +406,6 @@ class _ThrowawayServer(_Disposable):
                 shutil.rmtree(self._root, ignore_errors=True)
                 self._root = None
                 atexit.unregister(self.cleanup)
-
-    def _log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log)"
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
