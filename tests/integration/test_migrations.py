@@ -19,6 +19,7 @@ import pytest
 from tickwork.errors import InvalidInput, StoreError
 from tickwork.settings import sqlite_path
 from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revision, upgrade
+from tickwork.store.postgres import PostgresStore
 from tickwork.testing import ThrowawayPostgres, free_port
 
 HEAD = "0002"  # the newest migration; bump it with every new revision
@@ -390,3 +391,23 @@ async def test_throwaway_postgres_cleans_up(throwaway_pg: ThrowawayPostgres) -> 
     assert not root.exists()
     with pytest.raises(ConnectionRefusedError):
         await asyncpg.connect(dsn, timeout=2)
+
+
+async def test_pg_url_query_parameters_reach_the_driver(pg_dsn: str) -> None:
+    # A DSN with libpq-style parameters (here application_name) must migrate and open like a
+    # bare one; SQLAlchemy once handed them to asyncpg.connect() as unknown keyword arguments.
+    url = f"{pg_dsn}?application_name=tw-query-test"
+    assert await upgrade(url) == HEAD
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            names = await conn.fetch(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+            )
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
+    assert "tw-query-test" in {row["application_name"] for row in names}

@@ -84,6 +84,7 @@ ACCEPTED_FORMS = (
 class _Target:
     dialect: Literal["sqlite", "postgresql"]
     url: URL  # the async SQLAlchemy URL
+    dsn: str  # the user's URL, for asyncpg (which understands its query parameters)
     shown: str  # the user's URL with the password hidden, for messages
     sqlite_file: Path | None  # None for PostgreSQL and for :memory:
 
@@ -104,13 +105,15 @@ def _target(url: str) -> _Target:
         return _Target(
             dialect="sqlite",
             url=parsed.set(drivername="sqlite+aiosqlite"),
+            dsn=url,
             shown=shown,
             sqlite_file=None if memory else Path(parsed.database),
         )
     if driver in ("postgresql", "postgres", "postgresql+asyncpg"):
         return _Target(
             dialect="postgresql",
-            url=parsed.set(drivername="postgresql+asyncpg"),
+            url=parsed.set(drivername="postgresql+asyncpg", query={}),
+            dsn=url,
             shown=shown,
             sqlite_file=None,
         )
@@ -212,14 +215,19 @@ def _check_revision(config: Config, revision: str) -> None:
 def _engine(target: _Target, *, exclusive: bool) -> AsyncEngine:
     # NullPool: a migration is one connection, closed when done; nothing lingers in a pool.
     if target.dialect == "postgresql":
-        return create_async_engine(
-            target.url,
-            poolclass=NullPool,
-            connect_args={
-                "timeout": PG_CONNECT_TIMEOUT_S,
-                "server_settings": {"application_name": "tickwork-migrate"},
-            },
-        )
+        from tickwork.store.postgres import asyncpg_dsn
+
+        # asyncpg connects from the user's URL itself, so query parameters such as sslmode or
+        # application_name mean what they mean to the store (SQLAlchemy would pass them on as
+        # keyword arguments asyncpg.connect() does not take).
+        async def connect() -> Any:
+            return await asyncpg.connect(
+                asyncpg_dsn(target.dsn),
+                timeout=PG_CONNECT_TIMEOUT_S,
+                server_settings={"application_name": "tickwork-migrate"},
+            )
+
+        return create_async_engine(target.url, poolclass=NullPool, async_creator=connect)
     engine = create_async_engine(
         target.url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}
     )
