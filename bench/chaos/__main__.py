@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from bench.chaos.cluster import QueueKind
+from bench.chaos.disk import can_mount, faketime_library
 from bench.chaos.report import render, to_json
 from bench.chaos.run import RunConfig, chaos_run
 
@@ -31,6 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backstop-ms", type=int, default=3000)
     parser.add_argument("--out", type=Path, help="where logs and reports go")
     parser.add_argument(
+        "--skew-s", type=float,
+        help="run scheduler-1 this many seconds ahead (libfaketime; default 1.5 in long mode)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--disk-full", action=argparse.BooleanOptionalAction, default=None,
+        help="put PostgreSQL on a 1 GiB tmpfs and fill it once (default: in long mode, as root)",
+    )  # fmt: skip
+    parser.add_argument(
         "--enforce-delays", action=argparse.BooleanOptionalAction, default=None,
         help="also fail on missed delay targets (default: in long mode only)",
     )  # fmt: skip
@@ -40,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     if duration < 60:
         parser.error("--duration: give at least 60 seconds, so that faults have room")
     enforce = not args.short if args.enforce_delays is None else args.enforce_delays
+    skew = args.skew_s if args.skew_s is not None else (0.0 if args.short else 1.5)
+    if skew and faketime_library() is None:
+        print("clock skew: libfaketime is not installed (apt install faketime); running without")
+        skew = 0.0
+    disk_full = not args.short if args.disk_full is None else args.disk_full
+    if disk_full and not can_mount():
+        print("full disk: this machine does not let the harness mount a tmpfs; running without")
+        disk_full = False
     out = args.out or Path(".chaos") / time.strftime("%Y%m%d-%H%M%S")
     queues: tuple[QueueKind, ...] = QUEUES if args.queue == "all" else (args.queue,)
     print(f"chaos seed {seed} (replay with --seed {seed}); logs in {out}", flush=True)
@@ -49,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         config = RunConfig(
             queue=queue, seed=seed, duration_s=duration, short=args.short,
             lease_ttl_ms=args.lease_ttl_ms, backstop_ms=args.backstop_ms, workdir=out / queue,
+            skew_s=skew, disk_mb=1024 if disk_full else 0,
         )  # fmt: skip
         result = asyncio.run(chaos_run(config, lambda line: print(line, flush=True)))
         print(render(result), flush=True)

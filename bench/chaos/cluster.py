@@ -16,6 +16,7 @@ from typing import Literal
 
 import asyncpg
 
+from bench.chaos.disk import SmallDisk, faketime_library
 from bench.chaos.faults import CUT_WORKER, SCHEDULERS, WORKERS
 from bench.chaos.proxy import PartitionableProxy
 from bench.procs import Child, start
@@ -35,6 +36,8 @@ class ClusterConfig:
     secret: str
     lease_ttl_ms: int
     backstop_ms: int
+    skew_s: float = 0.0  # scheduler-1's wall clock runs this far ahead (libfaketime)
+    disk_mb: int = 0  # > 0: PostgreSQL's data on a tmpfs of this size, which faults may fill
 
 
 @dataclass
@@ -52,7 +55,16 @@ class Member:
 class Cluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
-        self.pg = ThrowawayPostgres(settings={"max_connections": "300"})
+        # Bounded WAL, so that a small disk holds a long run.
+        self.pg = ThrowawayPostgres(
+            settings={
+                "max_connections": "300",
+                "max_wal_size": "256MB",
+                "min_wal_size": "64MB",
+                "checkpoint_timeout": "30s",
+            }
+        )
+        self.disk = SmallDisk(config.disk_mb) if config.disk_mb > 0 else None
         self.queue_server: ThrowawayNats | ThrowawayRedis | None = None
         self.proxies: list[PartitionableProxy] = []
         self.members: dict[str, Member] = {}
@@ -64,6 +76,8 @@ class Cluster:
     # -- start and stop ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.disk is not None:
+            self.pg.parent_dir = self.disk.mount()
         await asyncio.to_thread(self.pg.start)
         admin = await asyncpg.connect(self.pg.dsn())
         try:
@@ -136,6 +150,16 @@ class Cluster:
             "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",
             "TICKWORK_LOG_LEVEL": "warning",
         }
+        if name == SCHEDULERS[0] and self.config.skew_s:
+            library = faketime_library()
+            if library is None:
+                raise RuntimeError("clock skew needs libfaketime (apt install faketime)")
+            # Only the wall clock is skewed: asyncio's monotonic timers stay true.
+            env |= {
+                "LD_PRELOAD": str(library),
+                "FAKETIME": f"{self.config.skew_s:+.3f}",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            }
         self.members[name] = Member(name=name, role=role, argv=argv, env=env)
 
     async def _spawn(self, member: Member) -> None:
@@ -176,6 +200,8 @@ class Cluster:
         if self.queue_server is not None:
             await asyncio.to_thread(self.queue_server.cleanup)
         await asyncio.to_thread(self.pg.cleanup)
+        if self.disk is not None:
+            self.disk.unmount()
 
     # -- fault primitives ---------------------------------------------------------------------
 
@@ -235,6 +261,16 @@ class Cluster:
     async def queue_start(self) -> None:
         assert self.queue_server is not None
         await asyncio.to_thread(self.queue_server.start)
+
+    async def disk_fill(self) -> int:
+        assert self.disk is not None
+        return await asyncio.to_thread(self.disk.fill)
+
+    async def disk_free(self) -> None:
+        """Remove the ballast and start PostgreSQL again if the full disk killed it."""
+        assert self.disk is not None
+        self.disk.unfill()
+        await asyncio.to_thread(self.pg.ensure_started)
 
     async def drop_connections(self, member: Member) -> int:
         admin = await asyncpg.connect(self.pg.dsn(), timeout=10)

@@ -80,6 +80,11 @@ class FaultDriver:
             dropped = await c.drop_connections(member)
             self.say(f"          dropped {dropped} sessions of {member.name}")
             return member.name
+        elif kind == "disk_full":
+            taken = await c.disk_fill()
+            self.say(f"          ballast took the last {taken / 1e6:.0f} MB")
+            await asyncio.sleep(fault.hold_s)
+            await c.disk_free()
         elif kind == "net_cut":
             c.cut()
             await asyncio.sleep(fault.hold_s)

@@ -21,6 +21,7 @@ FaultKind = Literal[
     "queue_restart",  # the queue server SIGKILLed, started again after `hold_s`
     "drop_connections",  # pg_terminate_backend on every connection of one process
     "net_cut",  # one worker's TCP paths to the database and queue black-holed for `hold_s`
+    "disk_full",  # the database's disk filled for `hold_s` (long mode, where a tmpfs is allowed)
 ]
 
 SCHEDULERS = ("scheduler-1", "scheduler-2", "scheduler-3")
@@ -46,6 +47,7 @@ class FaultPlanConfig:
     lease_ttl_s: float
     short: bool
     external_queue: bool  # False for the table queue: there is no queue server to restart
+    disk_full: bool = False  # the database sits on a disk the harness may fill
 
 
 def plan_faults(seed: int, config: FaultPlanConfig) -> list[Fault]:
@@ -89,6 +91,8 @@ def _special_faults(
         wanted.append(("stop_scheduler", rng.choice(SCHEDULERS), past_lease))
     if config.external_queue:
         wanted.append(("queue_restart", None, rng.uniform(1.0, 3.0)))
+    if config.disk_full:
+        wanted.append(("disk_full", None, 10.0))
     rng.shuffle(wanted)
     # Each fault gets room for itself and the recovery after it (a lease plus a little); the
     # time left over is spread as random gaps, so the faults never overlap one another.

@@ -17,6 +17,8 @@ def render(result: RunResult) -> str:
     lines = [
         f"== chaos: queue={c.queue} seed={c.seed} mode={mode} window={c.duration_s:.0f}s"
         f" lease_ttl={c.lease_ttl_ms}ms wall={result.wall_s:.0f}s",
+        f"   scheduler-1 clock skew: {c.skew_s:+.1f}s; database disk:"
+        f" {f'{c.disk_mb} MB tmpfs' if c.disk_mb else 'the machine disk'}",
         f"   {result.jobs} jobs, {v.expected} expected occurrences, {v.deliveries} deliveries,"
         f" {len(result.windows)} faults injected ({len(result.skipped)} skipped)",
         f"   runs in the ledger: {_statuses(result.run_statuses)}",
@@ -83,6 +85,8 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "short": result.config.short,
         "window_s": result.config.duration_s,
         "lease_ttl_ms": result.config.lease_ttl_ms,
+        "skew_s": result.config.skew_s,
+        "disk_mb": result.config.disk_mb,
         "jobs": result.jobs,
         "expected": v.expected,
         "delivered": v.delivered,

@@ -21,7 +21,8 @@ from bench.chaos.load import JobPlan, build_load
 from bench.chaos.oracle import expected_ms
 from bench.chaos.verdict import Delivery, FaultWindow, Timing, Verdict, judge
 
-LEAD_S = 12.0  # from creating the jobs to the start of the load window
+LEAD_S = 12.0  # from creating the jobs to the start of the load window, plus...
+CREATES_PER_S = 60.0  # ...time to create them at a rate a busy 2-core machine manages
 CREATE_CONCURRENCY = 16
 
 
@@ -34,6 +35,8 @@ class RunConfig:
     lease_ttl_ms: int
     backstop_ms: int
     workdir: Path
+    skew_s: float = 0.0
+    disk_mb: int = 0
 
     @property
     def drain_s(self) -> float:
@@ -62,6 +65,7 @@ async def chaos_run(config: RunConfig, say: Callable[[str], None]) -> RunResult:
         ClusterConfig(
             queue=config.queue, workdir=config.workdir, secret=secret,
             lease_ttl_ms=config.lease_ttl_ms, backstop_ms=config.backstop_ms,
+            skew_s=config.skew_s, disk_mb=config.disk_mb,
         )
     )  # fmt: skip
     try:
@@ -69,18 +73,23 @@ async def chaos_run(config: RunConfig, say: Callable[[str], None]) -> RunResult:
             f"[{config.queue}] starting PostgreSQL, queue, receiver, 1 api, 3 schedulers, 3 workers"
         )
         await cluster.start()
-        t0_ms = (time.time_ns() // 1_000_000_000 + int(LEAD_S)) * 1000
+        jobs = len(build_load(config.seed, 0, int(config.duration_s * 1000)))
+        lead_s = int(LEAD_S + jobs / CREATES_PER_S)
+        t0_ms = (time.time_ns() // 1_000_000_000 + lead_s) * 1000
         t1_ms = t0_ms + int(config.duration_s * 1000)
         plans = build_load(config.seed, t0_ms, t1_ms)
         expected = await _create_jobs(cluster, plans, t0_ms, t1_ms)
         if time.time_ns() // 1000 > t0_ms * 1000 - 1_000_000:
-            raise RuntimeError("creating the jobs took longer than the lead time; raise LEAD_S")
+            raise RuntimeError(
+                "creating the jobs took longer than the lead time; lower CREATES_PER_S"
+            )
         say(f"[{config.queue}] {len(plans)} jobs, {len(expected)} expected occurrences")
         faults = plan_faults(
             config.seed,
             FaultPlanConfig(
                 duration_s=config.duration_s, lease_ttl_s=config.lease_ttl_ms / 1000,
                 short=config.short, external_queue=config.queue != "table",
+                disk_full=config.disk_mb > 0,
             ),
         )  # fmt: skip
         say(f"[{config.queue}] fault schedule (seed {config.seed}):")

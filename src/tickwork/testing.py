@@ -5,6 +5,8 @@
         .dsn(database="postgres")     postgresql://postgres@127.0.0.1:PORT/DATABASE
         .stop(mode="fast")            "immediate" is a crash: no checkpoint, recovery on start
         .start()
+        .alive()                      whether the server process runs (it may have died by itself)
+        .ensure_started()             start it again if it died (e.g. a PANIC on a full disk)
         .cleanup()                    stop (if running) and delete the data directory
     ServiceUnavailable                the binaries or the `postgres` account are missing
 
@@ -126,8 +128,10 @@ class ThrowawayPostgres(_Disposable):
         bindir: Path | None = None,
         settings: Mapping[str, str] | None = None,
         start_timeout_s: int = 60,
+        parent_dir: Path | None = None,
     ) -> None:
         self.bindir = bindir if bindir is not None else pg_bindir()
+        self.parent_dir = parent_dir  # e.g. a small tmpfs, to fill the disk on purpose
         self.port = port if port is not None else free_port()
         self._port_fixed = port is not None
         self._started_once = False
@@ -178,7 +182,7 @@ class ThrowawayPostgres(_Disposable):
                 raise ServiceUnavailable("running as root but `runuser` is not installed")
         # Always under the system temp dir: the postgres account must be able to reach it,
         # which it cannot inside root's 0700 pytest tmp_path.
-        self._root = Path(tempfile.mkdtemp(prefix="tw-pg-"))
+        self._root = Path(tempfile.mkdtemp(prefix="tw-pg-", dir=self.parent_dir))
         atexit.register(self.cleanup)
         if self._as_postgres:
             shutil.chown(self._root, "postgres", "postgres")
@@ -230,6 +234,23 @@ class ThrowawayPostgres(_Disposable):
             return
         self._run("pg_ctl", ["-D", str(self.data_dir), "-m", mode], ["-w", "stop"])
         self._running = False
+
+    def alive(self) -> bool:
+        """Whether the server process runs, asked of `pg_ctl status` (not our own bookkeeping:
+        a server can die by itself, e.g. PANIC when its disk is full)."""
+        if self._root is None:
+            return False
+        try:
+            self._run("pg_ctl", ["-D", str(self.data_dir)], ["status"])
+        except ServiceUnavailable:
+            return False
+        return True
+
+    def ensure_started(self) -> None:
+        """Start the server if it is not running, whatever the reason it stopped."""
+        if not self.alive():
+            self._running = False
+            self.start()
 
     def cleanup(self) -> None:
         """Stop the server if it runs (fast, then immediate) and delete the temp dir."""
