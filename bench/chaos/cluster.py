@@ -99,6 +99,7 @@ class Cluster:
             await asyncio.to_thread(self.queue_server.start)
 
     async def _start_receiver(self) -> None:
+        self.deliveries_file.unlink(missing_ok=True)  # the receiver appends: start from nothing
         argv = [
             sys.executable, "-m", "bench.chaos.receiver",
             "--out", str(self.deliveries_file), "--secret", self.config.secret,
