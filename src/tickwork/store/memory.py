@@ -413,4 +413,3 @@ def _matches(job: Job, query: JobQuery) -> bool:
         and (query.name_prefix is None or job.name.startswith(query.name_prefix))
         and (query.after_id is None or job.id > query.after_id)
     )
-

@@ -24,8 +24,8 @@ import asyncpg
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
-from tickwork.errors import NotFound, StaleJob, StoreError
 from tickwork.domain.tenants import Tenant
+from tickwork.errors import NotFound, StaleJob, StoreError
 from tickwork.store.base import Applied, ClaimPlan, Topic, Watchers
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql

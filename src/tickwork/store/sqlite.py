@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
-from tickwork.errors import NotFound, StaleJob, StoreError
 from tickwork.domain.tenants import Tenant
+from tickwork.errors import NotFound, StaleJob, StoreError
 from tickwork.store.base import Applied, ClaimPlan, Topic, Watchers
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql
@@ -52,12 +52,15 @@ VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', CASE WHEN :hand_off THE
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 """
-LEASE_RUNS = """
+LEASE_RUNS = (
+    """
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
              ORDER BY lease_until_us LIMIT :limit)
-RETURNING id, job_id, key, scheduled_us, fence_token, attempt,""" + sql.FIRE_EXTRAS
+RETURNING id, job_id, key, scheduled_us, fence_token, attempt,"""
+    + sql.FIRE_EXTRAS
+)
 EXTEND_LEASE = """
 UPDATE tw_runs SET lease_until_us = :lease_until
 WHERE id = :id AND fence_token = :fence AND status = 'pending'

@@ -90,11 +90,14 @@ FIRE_EXTRAS = """
 """
 # A worker that got a run's envelope from an external queue leases it by id, if the fence is
 # still the one the scheduler published (a redelivered or superseded envelope finds it moved).
-LEASE_RUN = """
+LEASE_RUN = (
+    """
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
-RETURNING id, job_id, key, scheduled_us, fence_token, attempt,""" + FIRE_EXTRAS
+RETURNING id, job_id, key, scheduled_us, fence_token, attempt,"""
+    + FIRE_EXTRAS
+)
 NEXT_LEASE = "SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'"
 # One outcome; the attempt is recorded only when this applied (the stores check the row count).
 FINISH_RUN = """
