@@ -5,6 +5,7 @@
     tickwork jobs <verb>            talk to a running API (create, list, get, pause, ...)
     tickwork runs show RUN_ID       one run with its attempts
     tickwork dlq <verb>             the dead-letter queue (list, show, redrive, purge)
+    tickwork tenants secrets <verb> a tenant's webhook signing secrets (set, show, clear)
     tickwork preview --cron EXPR    the next fire instants, computed locally
 
 Output is a readable table by default; `--json` prints machine output and nothing else.
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
+from urllib.parse import quote
 
 import httpx
 import typer
@@ -51,10 +53,17 @@ dlq_app = typer.Typer(
     help="The dead-letter queue: runs that failed for good.", no_args_is_help=True
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+tenants_app = typer.Typer(help="Per-tenant settings through the API.", no_args_is_help=True)
+tenant_secrets_app = typer.Typer(
+    help="A tenant's webhook signing secrets (write-only: shown as fingerprints).",
+    no_args_is_help=True,
+)
+tenants_app.add_typer(tenant_secrets_app, name="secrets")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(runs_app, name="runs")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(db_app, name="db")
+app.add_typer(tenants_app, name="tenants")
 
 
 class CliFailure(Exception):
@@ -149,6 +158,10 @@ _FLAGS = {
     "target.headers": "--header",
     "target.body": "--body",
     "target.timeout": "--timeout",
+    "target.secrets": "--secret",
+    "secrets": "--secret",
+    "on_failure": "--on-failure",
+    "on_failure.url": "--on-failure",
     "retry": "--max-attempts/--backoff/--max-backoff",
     "retry.max_attempts": "--max-attempts",
     "retry.backoff": "--backoff",
@@ -358,6 +371,13 @@ ApiOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON and nothing else")]
 JobId = Annotated[str, typer.Argument(help="the job's id")]
+SecretOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--secret",
+        help="whsec_... signing secret; twice during a rotation (write-only: never shown)",
+    ),
+]
 
 
 def _client(api: str | None) -> ApiClient:
@@ -415,6 +435,10 @@ def jobs_create(
     max_backoff: Annotated[
         str | None, typer.Option(help="cap on the retry delay [default: PT5M]")
     ] = None,
+    secret: SecretOpt = None,
+    on_failure: Annotated[
+        str | None, typer.Option(help="alert URL POSTed when an occurrence is dead-lettered")
+    ] = None,
     file: Annotated[Path | None, typer.Option(help="job.json: the raw API body")] = None,
     api: ApiOpt = None,
     as_json: JsonOpt = False,
@@ -425,6 +449,7 @@ def jobs_create(
         "end_at": end_at, "misfire": misfire, "url": url, "method": method, "header": header,
         "body": body, "timeout": timeout, "tenant": tenant, "max_attempts": max_attempts,
         "backoff": backoff, "max_backoff": max_backoff, "task": task, "args": args,
+        "secret": secret, "on_failure": on_failure,
     }  # fmt: skip
     payload = _load_job_file(file, options) if file else _job_body(options)
     job = _client(api).call("POST", "/v1/jobs", json=payload)
@@ -636,6 +661,54 @@ def _act_on_each(
     return count, failures
 
 
+# -- tenants ----------------------------------------------------------------------------------
+
+TenantArg = Annotated[str, typer.Argument(help="the tenant", show_default=False)]
+
+
+def _tenant_secrets_path(tenant: str) -> str:
+    return f"/v1/tenants/{quote(tenant, safe='')}/webhook-secrets"
+
+
+@tenant_secrets_app.command("set")
+def tenant_secrets_set(
+    tenant: TenantArg, secret: SecretOpt = None, api: ApiOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Sign the tenant's jobs that have no secrets of their own with these (1 or 2)."""
+    if not secret:
+        raise CliFailure("give --secret whsec_... (twice during a rotation)")
+    answer = _client(api).call("PUT", _tenant_secrets_path(tenant), json={"secrets": secret})
+    _show(answer, as_json, _tenant_signing)
+
+
+@tenant_secrets_app.command("show")
+def tenant_secrets_show(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Show the fingerprints of the tenant's secrets (never the secrets)."""
+    _show(_client(api).call("GET", _tenant_secrets_path(tenant)), as_json, _tenant_signing)
+
+
+@tenant_secrets_app.command("clear")
+def tenant_secrets_clear(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Remove the tenant's secrets (with --json: prints nothing)."""
+    _client(api).call("DELETE", _tenant_secrets_path(tenant))
+    if not as_json:
+        _stdout().print(f"cleared the webhook secrets of tenant {tenant}", markup=False)
+
+
+def _tenant_signing(answer: Mapping[str, Any]) -> Table:
+    fingerprints = ", ".join(answer["fingerprints"])
+    rows = {
+        "tenant": answer["tenant"],
+        "signing": (
+            f"tenant's secrets (fingerprints {fingerprints})"
+            if answer["signing"] == "tenant"
+            else "none set: the workers' secrets, else unsigned"
+        ),
+        "updated": answer["updated_at"] or "-",
+    }
+    return _detail_table(f"webhook secrets of tenant {answer['tenant']}", rows)
+
+
 # -- building a job body ----------------------------------------------------------------------
 
 
@@ -691,7 +764,11 @@ def _job_body(o: Mapping[str, Any]) -> dict[str, Any]:
         target["body"] = _parse_json_flag(o["body"], "--body")
     if o["timeout"]:
         target["timeout"] = _number_or_text(o["timeout"])
+    if o["secret"]:
+        target["secrets"] = list(o["secret"])
     job = {"name": o["name"], "schedule": _present(schedule), "target": target}
+    if o["on_failure"]:
+        job["on_failure"] = {"url": o["on_failure"]}
     retry = {
         "max_attempts": o["max_attempts"],
         "backoff": _number_or_text(o["backoff"]),
@@ -773,6 +850,8 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         "window": window,
         "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
         **_target_rows(target),
+        "signing": _signing_text(job["signing"]),
+        "on failure": job["on_failure"]["url"] if job.get("on_failure") else "-",
         "retry": _retry_text(job["retry"]),
         "next run": job["next_run_at"] or "-",
         "last fired": job["last_fired_at"] or "-",
@@ -781,6 +860,12 @@ def _job_detail(job: Mapping[str, Any]) -> Table:
         "updated": job["updated_at"],
     }
     return _detail_table(f"job {job['name']}", rows)
+
+
+def _signing_text(signing: Mapping[str, Any]) -> str:
+    if signing["source"] == "job":
+        return f"job's own secrets (fingerprints {', '.join(signing['fingerprints'])})"
+    return "inherited: the tenant's secrets, else the workers', else unsigned"
 
 
 def _retry_text(retry: Mapping[str, Any]) -> str:

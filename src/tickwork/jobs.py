@@ -18,6 +18,10 @@ Rules worth knowing (the API reference repeats them for users):
 * Every job has a retry policy (`RetryPolicy()` unless one is given); an edit that gives one
   replaces it whole. Its bounds (`MAX_ATTEMPTS`, `MAX_MULTIPLIER`) are checked here, its
   internal consistency (max delay >= base delay) by `RetryPolicy` itself.
+* Signing secrets are write-only: a webhook target may carry 1-2 `whsec_...` secrets
+  (`check_secrets`), which no answer ever contains. An edit that gives a target without
+  secrets keeps the job's secrets (`JobPatch.secrets` is KEEP); giving them, even empty,
+  replaces them. `on_failure` (the dead-letter alert webhook) is kept or replaced the same way.
 * Dead letters (`DeadLetterService`): runs that failed for good. Redriving one puts it back to
   pending, leasable at once, for one more attempt; purging takes it out of the queue and leaves
   it failed in the history. Acting on "one job's" dead letters walks that job's queue in pages,
@@ -29,14 +33,16 @@ from __future__ import annotations
 import builtins
 import secrets
 import threading
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Final
+from enum import Enum
+from typing import Final, Literal
 from urllib.parse import urlsplit
 
 from tickwork.clock import Clock
 from tickwork.domain.jobs import (
+    AlertTarget,
     EveryTrigger,
     Job,
     JobState,
@@ -51,9 +57,11 @@ from tickwork.errors import Conflict, InvalidInput, NotFound, StaleJob
 from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.timing.durations import format_duration_ms
 from tickwork.timing.triggers import first_occurrence, validate_schedule
+from tickwork.webhooks import MAX_SIGNING_SECRETS, parse_secret
 
 __all__ = [
     "ANCHOR_AT_ACCEPT",
+    "KEEP",
     "MAX_ATTEMPTS",
     "MAX_MULTIPLIER",
     "MAX_NAME_CHARS",
@@ -66,6 +74,7 @@ __all__ = [
     "JobSpec",
     "NotDeadLettered",
     "RunDetail",
+    "check_secrets",
     "check_webhook_url",
     "new_job_id",
     "retry_policy",
@@ -96,6 +105,15 @@ _ATTEMPTS_HINT: Final = f"give 1 to {MAX_ATTEMPTS} attempts (the first one inclu
 _MULTIPLIER_HINT: Final = f"give a multiplier from 1 to {MAX_MULTIPLIER:g}"
 
 
+class Keep(Enum):
+    """In a JobPatch: leave this field as it is (where None means "clear it")."""
+
+    KEEP = "keep"
+
+
+KEEP: Final = Keep.KEEP
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobSpec:
     """Everything a caller chooses about a new job."""
@@ -105,18 +123,22 @@ class JobSpec:
     target: Target
     tenant: str = "default"
     retry: RetryPolicy | None = None  # None: the default RetryPolicy()
+    on_failure: AlertTarget | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobPatch:
     """A partial edit: None keeps a field; a given schedule, target or retry policy replaces the
-    old one whole."""
+    old one whole. `secrets` (the webhook target's) and `on_failure` are kept unless given;
+    given as () or None they are cleared."""
 
     name: str | None = None
     tenant: str | None = None
     schedule: Schedule | None = None
     target: Target | None = None
     retry: RetryPolicy | None = None
+    secrets: tuple[str, ...] | Literal[Keep.KEEP] = field(default=KEEP, repr=False)
+    on_failure: AlertTarget | Literal[Keep.KEEP] | None = KEEP
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -150,6 +172,7 @@ class JobService:
         schedule = _anchor(spec.schedule, now)
         retry = RetryPolicy() if spec.retry is None else spec.retry
         _check_fields(name=spec.name, tenant=spec.tenant, target=spec.target, retry=retry)
+        _check_alert(spec.on_failure)
         next_run_at = _first_fire(schedule, now)
         job = Job(
             id=new_job_id(now),
@@ -162,6 +185,7 @@ class JobService:
             created_at=now,
             updated_at=now,
             retry=retry,
+            on_failure=spec.on_failure,
         )
         return await self._store.create_job(job)
 
@@ -319,6 +343,24 @@ def check_webhook_url(url: str) -> None:
         raise ValueError(f"URL has no host; {hint}")
 
 
+def check_secrets(field: str, secrets: Sequence[str]) -> tuple[str, ...]:
+    """The secrets, checked: at most two (current and next, during a rotation), each a valid
+    `whsec_...` secret. The error never repeats a secret: it may be a real one mistyped."""
+    if len(secrets) > MAX_SIGNING_SECRETS:
+        raise InvalidInput(
+            field,
+            f"give at most {MAX_SIGNING_SECRETS} secrets (the current one and, during a"
+            f" rotation, the next one); got {len(secrets)}",
+        )
+    for n, secret in enumerate(secrets, 1):
+        try:
+            parse_secret(secret)
+        except ValueError as exc:
+            problem = str(exc).removeprefix("secret: ")
+            raise InvalidInput(field, f"secret {n} of {len(secrets)}: {problem}") from None
+    return tuple(secret.strip() for secret in secrets)
+
+
 def retry_policy(
     *, max_attempts: int, base_delay_ms: int, max_delay_ms: int, multiplier: float
 ) -> RetryPolicy:
@@ -386,6 +428,31 @@ def _check_webhook(target: WebhookTarget) -> None:
         raise InvalidInput("target.method", f"{target.method!r} is not one of {allowed}")
     if not 0 < target.timeout_s <= MAX_TIMEOUT_S:
         raise InvalidInput("target.timeout", "give a timeout above zero and at most PT5M")
+    check_secrets("target.secrets", target.secrets)
+
+
+def _check_alert(alert: AlertTarget | None) -> None:
+    if alert is None:
+        return
+    try:
+        check_webhook_url(alert.url)
+    except ValueError as exc:
+        raise InvalidInput("on_failure.url", str(exc)) from None
+
+
+def _patched_target(job: Job, patch: JobPatch) -> Target:
+    """The edited target, with the job's secrets kept unless the patch gives new ones."""
+    target = job.target if patch.target is None else patch.target
+    if patch.secrets is KEEP:
+        kept = job.target.secrets if isinstance(job.target, WebhookTarget) else ()
+        secrets = kept if isinstance(target, WebhookTarget) else ()
+    else:
+        secrets = patch.secrets
+    if isinstance(target, WebhookTarget):
+        return replace(target, secrets=secrets)
+    if secrets:
+        raise InvalidInput("target.secrets", 'only a "webhook" target takes secrets')
+    return target
 
 
 def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
@@ -393,11 +460,13 @@ def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
         job,
         name=job.name if patch.name is None else patch.name,
         tenant=job.tenant if patch.tenant is None else patch.tenant,
-        target=job.target if patch.target is None else patch.target,
+        target=_patched_target(job, patch),
         retry=job.retry if patch.retry is None else patch.retry,
+        on_failure=job.on_failure if patch.on_failure is KEEP else patch.on_failure,
         updated_at=now,
     )
     _check_fields(name=edited.name, tenant=edited.tenant, target=edited.target, retry=edited.retry)
+    _check_alert(edited.on_failure)
     if patch.schedule is not None:
         schedule = _anchor(patch.schedule, now)
         if schedule != job.schedule:

@@ -57,3 +57,10 @@ QUEUE_LAG = Gauge(
     "tickwork_queue_lag_seconds",
     "How long the oldest leasable run has been waiting for a worker (0 when none waits)",
 )
+ALERTS = Counter(
+    "tickwork_alerts_total", "Dead-letter alerts (a job's on_failure webhook) delivered"
+)
+ALERT_FAILURES = Counter(
+    "tickwork_alert_failures_total",
+    "Dead-letter alerts given up after their retries (logged; the run's outcome is unchanged)",
+)

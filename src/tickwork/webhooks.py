@@ -37,6 +37,7 @@ __all__ = [
     "SeenKeys",
     "Verified",
     "WebhookVerificationError",
+    "fingerprint",
     "generate_secret",
     "parse_secret",
     "sign",
@@ -143,6 +144,17 @@ def parse_secret(secret: str) -> bytes:
             " random bytes (generate one with tickwork.webhooks.generate_secret())"
         )
     return key
+
+
+def fingerprint(secret: str) -> str:
+    """A short, non-reversible tag of a secret: the first 8 hex digits of SHA-256 of its key.
+
+    tickwork shows these instead of secrets (which it never shows), so an operator can tell
+    which secrets are configured, e.g. whether a rotation has happened; compute the same on
+    your side with this function. 32 bits identify a secret among a handful; they say
+    nothing usable about a 24+ byte random key.
+    """
+    return hashlib.sha256(parse_secret(secret)).hexdigest()[:8]
 
 
 def sign(*, msg_id: str, timestamp: int, body: bytes, secrets: Sequence[str]) -> str:

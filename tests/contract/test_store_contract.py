@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tickwork.domain.jobs import (
+    AlertTarget,
     AtTrigger,
     CronTrigger,
     EveryTrigger,
@@ -23,6 +24,7 @@ from tickwork.domain.runs import RunOrigin, RunOutcome, RunStatus, occurrence_ke
 from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import ClaimPlan, JobQuery, ScheduleStore
 from tickwork.store.sqlite import SqliteStore
+from tickwork.webhooks import generate_secret
 
 from .conftest import StoreFactory, open_store
 
@@ -605,3 +607,87 @@ async def test_a_run_is_leased_by_id_only_with_the_published_fence(store: Schedu
         await store.lease_run(fire.run_id, leased.fence_token, owner="w2", lease_until=until)
         is None
     )
+
+
+# -- signing secrets and alerts -----------------------------------------------------------------
+
+SECRET_A, SECRET_B, SECRET_T = generate_secret(), generate_secret(), generate_secret()
+ALERT = AlertTarget(url="http://127.0.0.1:9/alert", headers={"x-pager": "ops"})
+
+
+async def test_job_secrets_and_alert_round_trip_and_can_be_changed(store: ScheduleStore) -> None:
+    job = make_job(
+        1, target=replace(TARGET, secrets=(SECRET_A, SECRET_B)), on_failure=ALERT, tenant="acme"
+    )
+    await store.create_job(job)
+    assert await store.get_job(job.id) == job
+    [listed] = await store.list_jobs(JobQuery(tenant="acme"))
+    assert listed.target == job.target
+    assert listed.on_failure == ALERT
+    cleared = replace(job, target=replace(TARGET, secrets=()), on_failure=None)
+    assert await store.update_job(cleared) == cleared
+    assert await store.get_job(job.id) == cleared
+
+
+async def test_tenant_secrets_are_set_replaced_and_cleared(store: ScheduleStore) -> None:
+    assert await store.get_tenant("acme") is None
+    first = await store.set_tenant_secrets("acme", [SECRET_A], now=T0)
+    assert (first.tenant, first.webhook_secrets, first.created_at, first.updated_at) == (
+        "acme",
+        (SECRET_A,),
+        T0,
+        T0,
+    )
+    rotated = await store.set_tenant_secrets("acme", [SECRET_A, SECRET_B], now=T0 + SEC)
+    assert rotated.webhook_secrets == (SECRET_A, SECRET_B)
+    assert (rotated.created_at, rotated.updated_at) == (T0, T0 + SEC)
+    assert await store.get_tenant("acme") == rotated
+    assert await store.get_tenant("other") is None  # tenants do not share settings
+    cleared = await store.set_tenant_secrets("acme", [], now=T0 + 2 * SEC)
+    assert cleared.webhook_secrets == ()
+    assert await store.get_tenant("acme") == cleared  # the row stays, for other settings
+
+
+async def test_fires_carry_their_tenant_secrets_and_alert_from_every_lease(
+    store: ScheduleStore,
+) -> None:
+    await store.set_tenant_secrets("acme", [SECRET_T], now=T0)
+    acme = make_job(1, tenant="acme", on_failure=ALERT)
+    own = make_job(2, tenant="acme", target=replace(TARGET, secrets=(SECRET_A,)))
+    plain = make_job(3, tenant="nobody")
+    for job in (acme, own, plain):
+        await store.create_job(job)
+    fires = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in (acme, own, plain)])
+    by_job = {f.job_id: f for f in fires}
+    assert by_job[acme.id].tenant_secrets == (SECRET_T,)
+    assert by_job[acme.id].on_failure == ALERT
+    assert by_job[own.id].target == own.target  # the job's own secrets, too
+    assert by_job[own.id].on_failure is None
+    assert by_job[plain.id].tenant_secrets == ()
+    # A rotation reaches the next lease of the same run.
+    await store.set_tenant_secrets("acme", [SECRET_B], now=T0)
+    fire = by_job[acme.id]
+    await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=T0)])
+    [again] = await store.lease_runs(now=T0, owner="b", lease_until=T0 + SEC, limit=5)
+    assert (again.run_id, again.tenant_secrets, again.on_failure) == (
+        fire.run_id,
+        (SECRET_B,),
+        ALERT,
+    )
+    # ... and the lease by id (a queue message) carries them as well.
+    await store.finish_runs([outcome(again, status=RunStatus.PENDING, retry_at=T0)])
+    by_id = await store.lease_run(again.run_id, again.fence_token, owner="d", lease_until=T0 + SEC)
+    assert by_id is not None
+    assert (by_id.tenant_secrets, by_id.on_failure) == ((SECRET_B,), ALERT)
+
+
+async def test_finish_reports_which_runs_applied(store: ScheduleStore) -> None:
+    jobs = [make_job(n) for n in (1, 2)]
+    for job in jobs:
+        await store.create_job(job)
+    first, second = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in jobs])
+    applied = await store.finish_runs(
+        [outcome(first, status=RunStatus.FAILED), outcome(second, fence=second.fence_token + 9)]
+    )
+    assert applied == 1
+    assert applied.run_ids == {first.run_id}

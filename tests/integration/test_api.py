@@ -111,7 +111,9 @@ async def test_create_cron_job_returns_it_armed(api: Api) -> None:
             "body": {"report": "daily", "n": [1, 2]},
             "timeout": "PT10S",
         },
+        "signing": {"source": "inherit", "fingerprints": []},
         "retry": {"max_attempts": 5, "backoff": "PT1S", "max_backoff": "PT5M", "multiplier": 2.0},
+        "on_failure": None,
         "next_run_at": "2026-01-16T01:00:00Z",  # 02:00 in Berlin (CET, +01:00)
         "last_fired_at": None,
         "fence_token": 0,

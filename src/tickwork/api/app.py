@@ -17,6 +17,7 @@ from tickwork.clock import Clock
 from tickwork.jobs import DeadLetterService, JobService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
+from tickwork.tenants import TenantService
 
 API_DESCRIPTION = f"""{_package_doc}
 
@@ -40,6 +41,7 @@ def create_app(
     app.state.tickwork = ApiContext(
         jobs=JobService(store, clock),
         dead_letters=DeadLetterService(store, clock),
+        tenants=TenantService(store, clock),
         store=store,
         clock=clock,
     )

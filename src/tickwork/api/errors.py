@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from tickwork.api.schemas import JobCreate, RetryIn, ScheduleIn, TargetIn
+from tickwork.api.schemas import AlertIn, JobCreate, RetryIn, ScheduleIn, TargetIn
 from tickwork.errors import Conflict, InvalidInput, NotFound, StoreError, TickworkError
 
 _REQUEST_PARTS = ("body", "query", "path", "header", "cookie")
@@ -38,6 +38,7 @@ _JOB_FIELDS = {
     ("schedule",): list(ScheduleIn.model_fields),
     ("target",): list(TargetIn.model_fields),
     ("retry",): list(RetryIn.model_fields),
+    ("on_failure",): list(AlertIn.model_fields),
 }
 _ALIASES = {
     "tz": "timezone",
@@ -50,6 +51,8 @@ _ALIASES = {
     "delay": "backoff",
     "base_delay": "backoff",
     "max_delay": "max_backoff",
+    "secret": "secrets",
+    "signing_secrets": "secrets",
 }
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 _HTTP_CODES = {

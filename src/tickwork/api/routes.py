@@ -28,12 +28,15 @@ from tickwork.api.schemas import (
     RunDetailOut,
     RunList,
     RunOut,
+    TenantSecretsIn,
+    TenantSecretsOut,
 )
 from tickwork.clock import Clock, utc_iso
 from tickwork.domain.jobs import JobState
 from tickwork.domain.runs import Run
 from tickwork.jobs import DeadLetterService, JobService
 from tickwork.store.base import JobQuery, ScheduleStore
+from tickwork.tenants import TenantService
 from tickwork.timing.preview import preview_cron
 
 log = logging.getLogger("tickwork.api")
@@ -45,6 +48,7 @@ class ApiContext:
 
     jobs: JobService
     dead_letters: DeadLetterService
+    tenants: TenantService
     store: ScheduleStore
     clock: Clock
 
@@ -61,6 +65,7 @@ Before = Annotated[
     int | None, Query(ge=1, le=MAX_RUN_ID, description="next_before of the previous page")
 ]
 JobFilter = Annotated[str | None, Query(max_length=64, description="only this job's")]
+TenantName = Annotated[str, Path(min_length=1, max_length=100, description="the tenant")]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
@@ -185,6 +190,28 @@ async def purge_dead_letters(ctx: Ctx, job_id: JobFilter = None) -> PurgeOut:
 async def purge_dead_letter(ctx: Ctx, run_id: RunId) -> Response:
     """Drop one dead letter from the queue; 404 `not_dead_lettered` if it is not one."""
     await ctx.dead_letters.purge_one(run_id)
+    return Response(status_code=204)
+
+
+@v1.put("/tenants/{tenant}/webhook-secrets", tags=["tenants"])
+async def set_tenant_secrets(
+    ctx: Ctx, tenant: TenantName, body: TenantSecretsIn
+) -> TenantSecretsOut:
+    """Sign the tenant's jobs that have no secrets of their own with these (1 or 2, write-only;
+    the answer shows fingerprints). Workers use them from their next lease of a run."""
+    return TenantSecretsOut.of(await ctx.tenants.set_secrets(tenant, body.secrets))
+
+
+@v1.get("/tenants/{tenant}/webhook-secrets", tags=["tenants"])
+async def get_tenant_secrets(ctx: Ctx, tenant: TenantName) -> TenantSecretsOut:
+    """Fingerprints of the tenant's signing secrets (never the secrets)."""
+    return TenantSecretsOut.of(await ctx.tenants.signing(tenant))
+
+
+@v1.delete("/tenants/{tenant}/webhook-secrets", status_code=204, tags=["tenants"])
+async def clear_tenant_secrets(ctx: Ctx, tenant: TenantName) -> Response:
+    """Remove the tenant's secrets; its jobs fall back to the workers' secrets (or unsigned)."""
+    await ctx.tenants.clear_secrets(tenant)
     return Response(status_code=204)
 
 

@@ -28,6 +28,7 @@ from pydantic import (
 
 from tickwork.clock import utc_iso
 from tickwork.domain.jobs import (
+    AlertTarget,
     AtTrigger,
     CronTrigger,
     EveryTrigger,
@@ -44,17 +45,22 @@ from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
 from tickwork.errors import InvalidInput
 from tickwork.jobs import (
     ANCHOR_AT_ACCEPT,
+    KEEP,
     MAX_ATTEMPTS,
     MAX_MULTIPLIER,
     MAX_NAME_CHARS,
     MAX_TENANT_CHARS,
     JobPatch,
     JobSpec,
+    Keep,
     RunDetail,
+    check_secrets,
     check_webhook_url,
     retry_policy,
 )
+from tickwork.tenants import TenantSigning
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
+from tickwork.webhooks import fingerprint
 
 DEFAULT_TIMEOUT = "PT10S"
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
@@ -155,15 +161,37 @@ class ScheduleIn(_Input):
         return AtTrigger(at=self.at)
 
 
+def _header_syntax(headers: dict[str, str]) -> dict[str, str]:
+    for name, value in headers.items():
+        if not _HEADER_NAME.match(name):
+            raise ValueError(f"header name {name!r} is not a valid HTTP token")
+        if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
+            raise ValueError(f"header {name!r} has a control character (CR, LF, ...)")
+    return headers
+
+
+Headers = Annotated[dict[str, str], AfterValidator(_header_syntax), Field(max_length=100)]
+# Write-only: accepted here, never part of a response. Checked by `check_secrets` (which never
+# repeats a secret in its errors) rather than by validators whose messages could.
+Secrets = Annotated[
+    list[Annotated[str, Field(max_length=200)]],
+    Field(
+        max_length=10,
+        description="1 or 2 whsec_... signing secrets (2 during a rotation); write-only",
+    ),
+]
+
+
 class TargetIn(_Input):
-    """A webhook (`type` "webhook": url, method, headers, body) or a Python task registered in
-    the workers (`type` "task": name, args). `timeout` applies to both."""
+    """A webhook (`type` "webhook": url, method, headers, body, secrets) or a Python task
+    registered in the workers (`type` "task": name, args). `timeout` applies to both."""
 
     type: Literal["webhook", "task"] = "webhook"
     url: str | None = Field(None, max_length=2048, examples=["https://example.com/hook"])
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
-    headers: dict[str, str] = Field(default_factory=dict, max_length=100)
+    headers: Headers = Field(default_factory=dict)
     body: JsonValue = None
+    secrets: Secrets | None = None
     name: str | None = Field(None, max_length=200, description="task: its registered name")
     args: JsonValue = Field(None, description="task: a JSON value passed as ctx.args")
     timeout: Duration | None = Field(
@@ -182,16 +210,6 @@ class TargetIn(_Input):
     def _upper(cls, method: Any) -> Any:
         return method.upper() if isinstance(method, str) else method
 
-    @field_validator("headers")
-    @classmethod
-    def _header_syntax(cls, headers: dict[str, str]) -> dict[str, str]:
-        for name, value in headers.items():
-            if not _HEADER_NAME.match(name):
-                raise ValueError(f"header name {name!r} is not a valid HTTP token")
-            if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
-                raise ValueError(f"header {name!r} has a control character (CR, LF, ...)")
-        return headers
-
     def to_domain(self) -> WebhookTarget | TaskTarget:
         if self.type == "task":
             return self._task()
@@ -207,10 +225,17 @@ class TargetIn(_Input):
             headers=dict(self.headers),
             body=self.body,
             timeout_s=timeout_ms / 1000,
+            secrets=check_secrets("target.secrets", self.secrets or ()),
         )
 
+    def secrets_patch(self) -> tuple[str, ...] | Literal[Keep.KEEP]:
+        """For an edit: the secrets if the request names them (null and [] clear), else KEEP."""
+        if "secrets" not in self.model_fields_set:
+            return KEEP
+        return check_secrets("target.secrets", self.secrets or ())
+
     def _task(self) -> TaskTarget:
-        for field in ("url", "method", "headers", "body"):
+        for field in ("url", "method", "headers", "body", "secrets"):
             if field in self.model_fields_set:
                 raise InvalidInput(f"target.{field}", 'a "task" target does not take it')
         if not self.name:
@@ -274,6 +299,22 @@ class RetryIn(_Input):
         )
 
 
+class AlertIn(_Input):
+    """Where to POST a JSON alert when one of the job's occurrences is dead-lettered."""
+
+    url: str = Field(max_length=2048, examples=["https://example.com/alerts"])
+    headers: Headers = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        check_webhook_url(url)
+        return url
+
+    def to_domain(self) -> AlertTarget:
+        return AlertTarget(url=self.url, headers=dict(self.headers))
+
+
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 Tenant = Annotated[str, Field(min_length=1, max_length=MAX_TENANT_CHARS)]
 
@@ -284,6 +325,7 @@ class JobCreate(_Input):
     schedule: ScheduleIn
     target: TargetIn
     retry: RetryIn | None = Field(None, description="default: 5 attempts, PT1S x2 up to PT5M")
+    on_failure: AlertIn | None = Field(None, description="alert webhook for dead letters")
 
     def to_domain(self) -> JobSpec:
         return JobSpec(
@@ -292,27 +334,39 @@ class JobCreate(_Input):
             schedule=self.schedule.to_domain(),
             target=self.target.to_domain(),
             retry=self.retry.to_domain() if self.retry else None,
+            on_failure=self.on_failure.to_domain() if self.on_failure else None,
         )
 
 
 class JobUpdate(_Input):
     """Only the fields given change; a given `schedule`, `target` or `retry` replaces the old
-    one whole."""
+    one whole, except the target's `secrets`: a target without them keeps the job's (null or
+    [] clears them). `on_failure` null removes the alert."""
 
     name: Name | None = None
     tenant: Tenant | None = None
     schedule: ScheduleIn | None = None
     target: TargetIn | None = None
     retry: RetryIn | None = None
+    on_failure: AlertIn | None = None
 
     def to_domain(self) -> JobPatch:
+        on_failure: AlertTarget | Literal[Keep.KEEP] | None = KEEP
+        if "on_failure" in self.model_fields_set:
+            on_failure = self.on_failure.to_domain() if self.on_failure else None
         return JobPatch(
             name=self.name,
             tenant=self.tenant,
             schedule=self.schedule.to_domain() if self.schedule else None,
             target=self.target.to_domain() if self.target else None,
             retry=self.retry.to_domain() if self.retry else None,
+            secrets=self.target.secrets_patch() if self.target else KEEP,
+            on_failure=on_failure,
         )
+
+
+class TenantSecretsIn(_Input):
+    secrets: Secrets
 
 
 # -- responses --------------------------------------------------------------------------------
@@ -374,6 +428,27 @@ class TaskTargetOut(_Output):
         return cls(name=target.name, args=target.args, timeout=timeout)
 
 
+class SigningOut(_Output):
+    """How the job's requests are signed; its secrets are write-only and never shown."""
+
+    source: Literal["job", "inherit"] = Field(
+        description="job: with the job's own secrets (target.secrets); inherit: with the"
+        " tenant's, else the workers' TICKWORK_WEBHOOK_SECRETS, else unsigned"
+    )
+    fingerprints: list[str] = Field(
+        description="first 8 hex digits of SHA-256 of each of the job's secrets; compare"
+        " with tickwork.webhooks.fingerprint(secret)"
+    )
+
+    @classmethod
+    def of(cls, target: WebhookTarget | TaskTarget) -> SigningOut:
+        secrets = target.secrets if isinstance(target, WebhookTarget) else ()
+        return cls(
+            source="job" if secrets else "inherit",
+            fingerprints=[fingerprint(secret) for secret in secrets],
+        )
+
+
 class TargetOut(_Output):
     type: Literal["webhook"] = "webhook"
     url: str
@@ -390,6 +465,34 @@ class TargetOut(_Output):
             headers=dict(target.headers),
             body=target.body,
             timeout=format_duration_ms(round(target.timeout_s * 1000)),
+        )
+
+
+class AlertOut(_Output):
+    url: str
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, alert: AlertTarget) -> AlertOut:
+        return cls(url=alert.url, headers=dict(alert.headers))
+
+
+class TenantSecretsOut(_Output):
+    tenant: str
+    signing: Literal["tenant", "inherit"] = Field(
+        description="tenant: its jobs without secrets of their own are signed with these;"
+        " inherit: with the workers' TICKWORK_WEBHOOK_SECRETS, else unsigned"
+    )
+    fingerprints: list[str] = Field(description="first 8 hex digits of SHA-256 of each secret")
+    updated_at: InstantOut | None
+
+    @classmethod
+    def of(cls, signing: TenantSigning) -> TenantSecretsOut:
+        return cls(
+            tenant=signing.tenant,
+            signing="tenant" if signing.fingerprints else "inherit",
+            fingerprints=list(signing.fingerprints),
+            updated_at=_iso(signing.updated_at),
         )
 
 
@@ -416,7 +519,9 @@ class JobOut(_Output):
     state: JobState
     schedule: ScheduleOut
     target: TargetOut | TaskTargetOut
+    signing: SigningOut
     retry: RetryOut
+    on_failure: AlertOut | None
     next_run_at: InstantOut | None
     last_fired_at: InstantOut | None
     fence_token: int
@@ -436,7 +541,9 @@ class JobOut(_Output):
                 if isinstance(job.target, TaskTarget)
                 else TargetOut.of(job.target)
             ),
+            signing=SigningOut.of(job.target),
             retry=RetryOut.of(job.retry),
+            on_failure=AlertOut.of(job.on_failure) if job.on_failure else None,
             next_run_at=_iso(job.next_run_at),
             last_fired_at=_iso(job.last_fired_at),
             fence_token=job.fence_token,

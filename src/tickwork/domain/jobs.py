@@ -61,6 +61,9 @@ class WebhookTarget:
     headers: Mapping[str, str] = field(default_factory=dict)
     body: Any = None  # JSON value sent as the request body; None sends no body
     timeout_s: float = 10.0
+    # The job's own signing secrets (0-2 `whsec_...`); empty: the tenant's or the process's
+    # sign. Left out of repr so that logging a target or a fire never prints them.
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,6 +76,14 @@ class TaskTarget:
 
 
 Target = WebhookTarget | TaskTarget
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AlertTarget:
+    """Where a job's dead-letter alert goes (`on_failure`): always a JSON POST."""
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,3 +100,4 @@ class Job:
     tenant: str = "default"
     last_fired_at: datetime | None = None  # scheduled_for of the latest claimed occurrence
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    on_failure: AlertTarget | None = None  # POSTed once when an occurrence is dead-lettered

@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from tickwork.clock import to_us
-from tickwork.domain.jobs import Target
+from tickwork.domain.jobs import AlertTarget, Target
 from tickwork.domain.retry import RetryPolicy
 
 
@@ -51,6 +51,9 @@ class Fire:
     target: Target
     lease_until: datetime
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Read with the lease (a join), so a worker needs no store read per fire to sign it.
+    tenant_secrets: tuple[str, ...] = field(default=(), repr=False)
+    on_failure: AlertTarget | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

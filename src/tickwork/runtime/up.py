@@ -28,8 +28,9 @@ from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, Sched
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
 from tickwork.tasks import DEFAULT_REGISTRY, TargetRunner, TaskRunner, import_task_modules
+from tickwork.worker.alerts import AlertSender
 from tickwork.worker.consumer import QueueConsumer
-from tickwork.worker.executor import Executor, ExecutorConfig, Runner
+from tickwork.worker.executor import Alerter, Executor, ExecutorConfig, Runner
 from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
 
@@ -120,7 +121,8 @@ async def _serve_with(
             webhooks = await stack.enter_async_context(_webhook_runner(settings, clock))
             tasks = TaskRunner(DEFAULT_REGISTRY, store, clock, lease_ttl_ms=settings.lease_ttl_ms)
             runner = TargetRunner(webhooks, tasks)
-            executor = _executor(store, clock, settings, node_id, runner, queue is not None)
+            alerts = AlertSender(webhooks)  # same guarded session and signing as the jobs
+            executor = _executor(store, clock, settings, node_id, runner, queue is not None, alerts)
             services.append(executor.run(stop))
             if queue is not None:
                 consumer = QueueConsumer(
@@ -210,6 +212,7 @@ def _executor(
     node_id: str,
     runner: Runner,
     external_queue: bool,
+    alerts: Alerter,
 ) -> Executor:
     config = ExecutorConfig(
         node_id=node_id,
@@ -217,7 +220,7 @@ def _executor(
         lease_ttl_ms=settings.lease_ttl_ms,
         backstop_delay_ms=settings.queue_backstop_ms if external_queue else 0,
     )
-    return Executor(store, clock, runner, config)
+    return Executor(store, clock, runner, config, alerts=alerts)
 
 
 def _scheduler(

@@ -21,6 +21,11 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
   outcome also appends the attempt to the history. SUCCEEDED finishes the run; FAILED finishes
   and dead-letters it; PENDING releases it until `retry_at` (the next `lease_runs` after that
   instant runs it again).
+  It returns an `Applied`: the count, which also names the runs whose outcome applied (the
+  executor sends a dead-letter alert only for a FAILED outcome whose write committed).
+* Tenants: `get_tenant` (None when the tenant has no settings) and `set_tenant_secrets` (an
+  upsert; empty secrets clear them and keep the row). Every fire returned by `claim`,
+  `lease_runs` and `lease_run` carries its tenant's secrets as of that statement.
 * Dead letters: `list_dead_letters`, `redrive` (back to pending, leasable at once; the next
   attempt is one more than the last) and `purge` (out of the DLQ; the run stays failed).
 * `watch(topic)` returns an event set whenever jobs (topic "jobs") or runs (topic "runs")
@@ -30,15 +35,32 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
 
 from tickwork.domain.jobs import Job, JobState, Schedule
 from tickwork.domain.runs import AttemptRecord, Fire, Run, RunOutcome
+from tickwork.domain.tenants import Tenant
 
 Topic = Literal["jobs", "runs"]
+
+
+class Applied(int):
+    """How many outcomes `finish_runs` applied, and which runs they were (`run_ids`).
+
+    An int, because most callers only count; the executor also needs the ids, to alert only
+    on dead letters whose fenced write committed (a zombie's rejected write must not alert).
+    """
+
+    run_ids: frozenset[int]
+
+    def __new__(cls, run_ids: Iterable[int]) -> Applied:
+        ids = list(run_ids)  # one per applied outcome
+        applied = super().__new__(cls, len(ids))
+        applied.run_ids = frozenset(ids)
+        return applied
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,7 +186,18 @@ class ScheduleStore(Protocol):
         """
         ...
 
-    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int: ...
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied: ...
+
+    # -- tenants ----------------------------------------------------------------------------
+    async def get_tenant(self, tenant: str) -> Tenant | None:
+        """The tenant's settings; None when it has none (no row)."""
+        ...
+
+    async def set_tenant_secrets(
+        self, tenant: str, secrets: Sequence[str], *, now: datetime
+    ) -> Tenant:
+        """Replace the tenant's signing secrets (empty: clear them); creates the row if needed."""
+        ...
 
     # -- history ----------------------------------------------------------------------------
     async def list_runs(

@@ -21,8 +21,9 @@ from tickwork.domain.runs import (
     RunStatus,
     occurrence_key,
 )
+from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob
-from tickwork.store.base import ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
+from tickwork.store.base import Applied, ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
 
 
 class MemoryStore:
@@ -34,6 +35,7 @@ class MemoryStore:
         self._attempts: list[AttemptRecord] = []
         self._next_attempt_id = 1
         self._next_run_id = 1
+        self._tenants: dict[str, Tenant] = {}
         self._watchers = Watchers()
 
     async def open(self) -> None:
@@ -137,7 +139,7 @@ class MemoryStore:
             if run is not None:
                 until = run.scheduled_for if hand_off else lease_until
                 self._leases[run.id] = (None if hand_off else owner, until)
-                fires.append(_fire(run, job, until))
+                fires.append(self._fire(run, job, until))
         if hand_off and fires:
             self._watchers.notify("runs")
         return fires
@@ -166,7 +168,7 @@ class MemoryStore:
             run = replace(run, fence_token=run.fence_token + 1, attempt=run.attempt + 1)
             self._runs[run_id] = run
             self._leases[run_id] = (owner, lease_until)
-            fires.append(_fire(run, self._jobs[run.job_id], lease_until))
+            fires.append(self._fire(run, self._jobs[run.job_id], lease_until))
         return fires
 
     async def lease_run(
@@ -178,7 +180,7 @@ class MemoryStore:
         run = replace(run, fence_token=run.fence_token + 1, attempt=run.attempt + 1)
         self._runs[run_id] = run
         self._leases[run_id] = (owner, lease_until)
-        return _fire(run, self._jobs[run.job_id], lease_until)
+        return self._fire(run, self._jobs[run.job_id], lease_until)
 
     async def next_lease_at(self) -> datetime | None:
         return min((until for _, until in self._leases.values()), default=None)
@@ -195,8 +197,8 @@ class MemoryStore:
             extended += 1
         return extended
 
-    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int:
-        applied = 0
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
+        applied: list[int] = []
         for outcome in outcomes:
             run = self._runs.get(outcome.run_id)
             if run is None or run.status is not RunStatus.PENDING:
@@ -210,8 +212,22 @@ class MemoryStore:
                 self._leases[run.id] = (None, outcome.retry_at)
             self._attempts.append(_attempt_record(self._next_attempt_id, outcome))
             self._next_attempt_id += 1
-            applied += 1
-        return applied
+            applied.append(run.id)
+        return Applied(applied)
+
+    # -- tenants ----------------------------------------------------------------------------
+    async def get_tenant(self, tenant: str) -> Tenant | None:
+        return self._tenants.get(tenant)
+
+    async def set_tenant_secrets(
+        self, tenant: str, secrets: Sequence[str], *, now: datetime
+    ) -> Tenant:
+        current = self._tenants.get(tenant)
+        if current is None:
+            current = Tenant(tenant=tenant, created_at=now, updated_at=now)
+        stored = replace(current, webhook_secrets=tuple(secrets), updated_at=now)
+        self._tenants[tenant] = stored
+        return stored
 
     # -- history ----------------------------------------------------------------------------
     async def list_runs(
@@ -296,6 +312,22 @@ class MemoryStore:
         return StoreStats(jobs_by_state=by_state, runs_pending=len(self._leases))
 
     # -- helpers ----------------------------------------------------------------------------
+    def _fire(self, run: Run, job: Job, lease_until: datetime) -> Fire:
+        tenant = self._tenants.get(job.tenant)
+        return Fire(
+            run_id=run.id,
+            job_id=run.job_id,
+            key=run.key,
+            scheduled_for=run.scheduled_for,
+            fence_token=run.fence_token,
+            attempt=run.attempt,
+            target=job.target,
+            lease_until=lease_until,
+            retry=job.retry,
+            tenant_secrets=() if tenant is None else tenant.webhook_secrets,
+            on_failure=job.on_failure,
+        )
+
     def _insert_run(
         self,
         job: Job,
@@ -380,18 +412,4 @@ def _matches(job: Job, query: JobQuery) -> bool:
         and (query.tenant is None or job.tenant == query.tenant)
         and (query.name_prefix is None or job.name.startswith(query.name_prefix))
         and (query.after_id is None or job.id > query.after_id)
-    )
-
-
-def _fire(run: Run, job: Job, lease_until: datetime) -> Fire:
-    return Fire(
-        run_id=run.id,
-        job_id=run.job_id,
-        key=run.key,
-        scheduled_for=run.scheduled_for,
-        fence_token=run.fence_token,
-        attempt=run.attempt,
-        target=job.target,
-        lease_until=lease_until,
-        retry=job.retry,
     )

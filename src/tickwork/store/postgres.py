@@ -24,8 +24,9 @@ import asyncpg
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
-from tickwork.store.base import ClaimPlan, Topic, Watchers
+from tickwork.store.base import Applied, ClaimPlan, Topic, Watchers
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql
 from tickwork.store.sql.reads import SqlReads
@@ -64,8 +65,9 @@ inserted AS (
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
 )
-SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy
-FROM inserted i JOIN tw_jobs j ON j.id = i.job_id
+SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
+       j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
+FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
 """
 # The last join reads `target` from the statement's snapshot of tw_jobs by primary key (the claim
 # does not change it). Joining `inserted` to `claimed` instead made PostgreSQL, which estimates
@@ -74,13 +76,13 @@ FROM inserted i JOIN tw_jobs j ON j.id = i.job_id
 LEASE_RUNS = """
 UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
     lease_owner = $1, lease_until_us = $2
-FROM tw_jobs j
+FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
 WHERE r.id = ANY(ARRAY(
         SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= $3
         ORDER BY lease_until_us LIMIT $4 FOR UPDATE SKIP LOCKED))
   AND j.id = r.job_id
 RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target,
-    j.retry_policy
+    j.retry_policy, j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
 """
 # Outcomes and their attempt rows in one statement: only applied outcomes reach the history.
 FINISH_RUNS = """
@@ -105,6 +107,7 @@ INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_u
 SELECT o.id, o.job_id, o.attempt, o.fence, o.worker, o.started_us, o.finished_us, o.status,
        o.http_status, o.error
 FROM o JOIN applied a ON a.id = o.id
+RETURNING run_id
 """
 REDRIVE = """
 UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
@@ -297,18 +300,33 @@ class PostgresStore(SqlReads):
             raise StoreError(f"PostgreSQL error while extending leases: {exc}") from exc
         return int(status.split()[-1])
 
-    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int:
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not outcomes:
-            return 0
+            return Applied(())
         params = [rows.outcome_params(o) for o in outcomes]
         names = ("id", "fence", "status", "started_us", "finished_us", "http_status", "error",
                  "dead_us", "retry_us", "job_id", "attempt", "worker")  # fmt: skip
         columns = [[p[name] for p in params] for name in names]
         try:
-            status = await self.pool.execute(FINISH_RUNS, *columns)
+            applied = await self.pool.fetch(FINISH_RUNS, *columns)
         except (OSError, asyncpg.PostgresError) as exc:
             raise StoreError(f"PostgreSQL error while recording runs: {exc}") from exc
-        return int(status.split()[-1])
+        return Applied(r["run_id"] for r in applied)
+
+    async def get_tenant(self, tenant: str) -> Tenant | None:
+        found = await self._query(sql.GET_TENANT, {"tenant": tenant})
+        return rows.tenant_from_row(found[0]) if found else None
+
+    async def set_tenant_secrets(
+        self, tenant: str, secrets: Sequence[str], *, now: datetime
+    ) -> Tenant:
+        params = {
+            "tenant": tenant,
+            "webhook_secrets": rows.secrets_json(tuple(secrets)),
+            "now": to_us(now),
+        }
+        found = await self._query(sql.SET_TENANT_SECRETS, params)
+        return rows.tenant_from_row(found[0])
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
         ids = None if run_ids is None else list(run_ids)

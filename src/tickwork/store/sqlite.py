@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
-from tickwork.store.base import ClaimPlan, Topic, Watchers
+from tickwork.store.base import Applied, ClaimPlan, Topic, Watchers
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql
 from tickwork.store.sql.reads import SqlReads
@@ -37,7 +38,9 @@ CLAIM_JOB = """
 UPDATE tw_jobs SET fence_token = fence_token + 1, next_run_us = :new_next_us, state = :new_state,
     last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now
 WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
-RETURNING fence_token, target, retry_policy
+RETURNING fence_token, target, retry_policy, webhook_secrets, on_failure,
+    (SELECT webhook_secrets FROM tw_tenants WHERE tw_tenants.tenant = tw_jobs.tenant)
+        AS tenant_secrets
 """
 INSERT_RUN = """
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
@@ -49,15 +52,15 @@ VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', CASE WHEN :hand_off THE
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 """
-LEASE_RUNS = """
+LEASE_RUNS = (
+    """
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
              ORDER BY lease_until_us LIMIT :limit)
-RETURNING id, job_id, key, scheduled_us, fence_token, attempt,
-    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target,
-    (SELECT retry_policy FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS retry_policy
-"""
+RETURNING id, job_id, key, scheduled_us, fence_token, attempt,"""
+    + sql.FIRE_EXTRAS
+)
 EXTEND_LEASE = """
 UPDATE tw_runs SET lease_until_us = :lease_until
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
@@ -263,11 +266,28 @@ class SqliteStore(SqlReads):
             lambda conn: sum(conn.execute(EXTEND_LEASE, p).rowcount for p in params)
         )
 
-    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> int:
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not outcomes:
-            return 0
+            return Applied(())
         params = [rows.outcome_params(o) for o in outcomes]
-        return await self._write(lambda conn: _finish(conn, params))
+        return Applied(await self._write(lambda conn: _finish(conn, params)))
+
+    async def get_tenant(self, tenant: str) -> Tenant | None:
+        found = await self._query(sql.GET_TENANT, {"tenant": tenant})
+        return rows.tenant_from_row(found[0]) if found else None
+
+    async def set_tenant_secrets(
+        self, tenant: str, secrets: Sequence[str], *, now: datetime
+    ) -> Tenant:
+        params = {
+            "tenant": tenant,
+            "webhook_secrets": rows.secrets_json(tuple(secrets)),
+            "now": to_us(now),
+        }
+        row = await self._write(
+            lambda conn: conn.execute(sql.SET_TENANT_SECRETS, params).fetchone()
+        )
+        return rows.tenant_from_row(row)
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
         params = {"ids": _id_list(run_ids), "now": to_us(now)}
@@ -295,12 +315,12 @@ def _id_list(run_ids: Sequence[int] | None) -> str | None:
     return None if run_ids is None else json.dumps([int(i) for i in run_ids])
 
 
-def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> int:
-    applied = 0
+def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> list[int]:
+    applied = []
     for p in params:
         if conn.execute(sql.FINISH_RUN, p).rowcount:
             conn.execute(sql.INSERT_ATTEMPT, p)
-            applied += 1
+            applied.append(p["run_id"])
     return applied
 
 
@@ -329,9 +349,11 @@ def _claim(
                 scheduled_for=plan.scheduled_for,
                 fence_token=claimed["fence_token"],
                 attempt=0 if common["hand_off"] else 1,  # a hand-off counts from its first lease
-                target=rows.target_from_json(claimed["target"]),
+                target=rows.target_from_json(claimed["target"], claimed["webhook_secrets"]),
                 lease_until=plan.scheduled_for if common["hand_off"] else lease_until,
                 retry=rows.retry_from_json(claimed["retry_policy"]),
+                tenant_secrets=rows.secrets_from_json(claimed["tenant_secrets"]),
+                on_failure=rows.alert_from_json(claimed["on_failure"]),
             )
         )
     return fires

@@ -4,6 +4,11 @@ Each fire waits for its scheduled instant (the scheduler claims slightly ahead),
 concurrency limit, and its outcome is recorded in batches with a fence-guarded write. Fires
 whose lease expired without an outcome (a crashed process, a manual trigger) are leased again
 from the store, so a fire survives the death of the process that claimed it.
+
+A job's dead-letter alert (`on_failure`) is sent only once the batch that dead-letters its run
+has been written and the store confirmed that this outcome applied: a zombie whose outcome the
+fence rejected stays silent. Alerts run as their own tasks, outside the fires' concurrency
+slots, so a slow alert receiver never holds up other runs.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -25,6 +30,7 @@ from tickwork.worker.outcomes import outcome_for
 log = logging.getLogger("tickwork.executor")
 
 Runner = Callable[[Fire], Awaitable[Attempt]]
+Alerter = Callable[[Fire, RunOutcome], Coroutine[object, None, object]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,12 +50,22 @@ class ExecutorConfig:
 
 class Executor:
     def __init__(
-        self, store: ScheduleStore, clock: Clock, runner: Runner, config: ExecutorConfig
+        self,
+        store: ScheduleStore,
+        clock: Clock,
+        runner: Runner,
+        config: ExecutorConfig,
+        *,
+        alerts: Alerter | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._runner = runner
         self._config = config
+        self._alerts = alerts
+        self._alert_tasks: set[asyncio.Task[object]] = set()
+        # Fires whose FAILED outcome awaits its write, for the alert: run_id -> fire.
+        self._to_alert: dict[int, Fire] = {}
         self._slots = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._outcomes: list[RunOutcome] = []
@@ -96,6 +112,8 @@ class Executor:
             worker=self._config.node_id,
             rand=self._random(),
         )
+        if outcome.status is RunStatus.FAILED and fire.on_failure is not None:
+            self._to_alert[fire.run_id] = fire
         self._outcomes.append(outcome)
         self._outcome_ready.set()
 
@@ -119,11 +137,21 @@ class Executor:
             self._leased.pop(outcome.run_id, None)
             if outcome.retry_at is not None:
                 self._wake_at(outcome.retry_at)
+            alerting = self._to_alert.pop(outcome.run_id, None)
+            if alerting is not None and outcome.run_id in applied.run_ids:
+                self._alert(alerting, outcome)
         _count(batch)
         if applied < len(batch):
             metrics.STALE_OUTCOMES.inc(len(batch) - applied)
             log.warning("stale outcomes rejected by fence", extra={"action": "stale_outcome"})
         return applied
+
+    def _alert(self, fire: Fire, outcome: RunOutcome) -> None:
+        if self._alerts is None:
+            return
+        task: asyncio.Task[object] = asyncio.create_task(self._alerts(fire, outcome))
+        self._alert_tasks.add(task)
+        task.add_done_callback(self._alert_tasks.discard)
 
     def _wake_at(self, when: datetime) -> None:
         self._next_lease_at = (
@@ -199,10 +227,13 @@ class Executor:
         return min(max((self._next_lease_at - self._clock.now()).total_seconds(), 0.0), 1.0)
 
     async def drain(self) -> None:
-        """Wait for in-flight fires and write their outcomes."""
+        """Wait for in-flight fires, write their outcomes, then let pending alerts finish
+        (each gives up after its few quick attempts)."""
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.flush()
+        if self._alert_tasks:
+            await asyncio.gather(*list(self._alert_tasks), return_exceptions=True)
 
 
 def _count(batch: Sequence[RunOutcome]) -> None:

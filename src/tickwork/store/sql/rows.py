@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import (
+    AlertTarget,
     AtTrigger,
     CronTrigger,
     EveryTrigger,
@@ -20,6 +21,7 @@ from tickwork.domain.jobs import (
 )
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Fire, Run, RunOrigin, RunOutcome, RunStatus
+from tickwork.domain.tenants import Tenant
 from tickwork.store.base import DueJob
 
 DEFAULT_RETRY = RetryPolicy()
@@ -34,7 +36,7 @@ class Row(Protocol):
 JOB_COLUMNS = (
     "id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, "
     "start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, "
-    "last_fired_us, created_us, updated_us, retry_policy"
+    "last_fired_us, created_us, updated_us, retry_policy, webhook_secrets, on_failure"
 )
 SCHEDULE_COLUMNS = (
     "schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, start_us, end_us, "
@@ -43,6 +45,13 @@ SCHEDULE_COLUMNS = (
 RUN_COLUMNS = (
     "id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, "
     "created_us, started_us, finished_us, http_status, error, dead_lettered_us, last_error"
+)
+TENANT_COLUMNS = "tenant, webhook_secrets, created_us, updated_us"
+# What a lease returns besides the run: the job's target, policy and alert, and the tenant's
+# secrets (tenant_secrets), so the worker can sign without another read.
+FIRE_COLUMNS = (
+    "id, job_id, key, scheduled_us, fence_token, attempt, target, retry_policy, "
+    "webhook_secrets, on_failure, tenant_secrets"
 )
 ATTEMPT_COLUMNS = (
     "id, run_id, job_id, attempt, fence_token, worker, started_us, finished_us, status, "
@@ -97,7 +106,33 @@ def job_params(job: Job) -> dict[str, Any]:
         "created_us": to_us(job.created_at),
         "updated_us": to_us(job.updated_at),
         "retry_policy": retry_json(job.retry),
+        "webhook_secrets": secrets_json(
+            job.target.secrets if isinstance(job.target, WebhookTarget) else ()
+        ),
+        "on_failure": alert_json(job.on_failure),
     }
+
+
+def secrets_json(secrets: tuple[str, ...]) -> str | None:
+    """None when there are none, so a job or tenant without secrets stores NULL."""
+    return json.dumps(list(secrets)) if secrets else None
+
+
+def secrets_from_json(text: str | None) -> tuple[str, ...]:
+    return () if text is None else tuple(json.loads(text))
+
+
+def alert_json(alert: AlertTarget | None) -> str | None:
+    if alert is None:
+        return None
+    return json.dumps({"url": alert.url, "headers": dict(alert.headers)}, separators=(",", ":"))
+
+
+def alert_from_json(text: str | None) -> AlertTarget | None:
+    if text is None:
+        return None
+    raw = json.loads(text)
+    return AlertTarget(url=raw["url"], headers=raw["headers"])
 
 
 def retry_json(policy: RetryPolicy) -> str | None:
@@ -136,7 +171,8 @@ def target_json(target: WebhookTarget | TaskTarget) -> str:
     )
 
 
-def target_from_json(text: str) -> WebhookTarget | TaskTarget:
+def target_from_json(text: str, secrets: str | None = None) -> WebhookTarget | TaskTarget:
+    """The target from its JSON, with the job's secrets (a separate column) put back in."""
     raw = json.loads(text)
     if raw["type"] == "task":
         return TaskTarget(name=raw["name"], args=raw["args"], timeout_s=raw["timeout_s"])
@@ -146,6 +182,7 @@ def target_from_json(text: str) -> WebhookTarget | TaskTarget:
         headers=raw["headers"],
         body=raw["body"],
         timeout_s=raw["timeout_s"],
+        secrets=secrets_from_json(secrets),
     )
 
 
@@ -174,13 +211,23 @@ def job_from_row(row: Row) -> Job:
         name=row["name"],
         state=JobState(row["state"]),
         schedule=schedule_from_row(row),
-        target=target_from_json(row["target"]),
+        target=target_from_json(row["target"], row["webhook_secrets"]),
         next_run_at=dt_or_none(row["next_run_us"]),
         fence_token=row["fence_token"],
         last_fired_at=dt_or_none(row["last_fired_us"]),
         created_at=from_us(row["created_us"]),
         updated_at=from_us(row["updated_us"]),
         retry=retry_from_json(row["retry_policy"]),
+        on_failure=alert_from_json(row["on_failure"]),
+    )
+
+
+def tenant_from_row(row: Row) -> Tenant:
+    return Tenant(
+        tenant=row["tenant"],
+        webhook_secrets=secrets_from_json(row["webhook_secrets"]),
+        created_at=from_us(row["created_us"]),
+        updated_at=from_us(row["updated_us"]),
     )
 
 
@@ -231,8 +278,7 @@ def attempt_from_row(row: Row) -> AttemptRecord:
 
 
 def fire_from_row(row: Row, lease_until: datetime) -> Fire:
-    """A leased run joined with its job's target (columns id, job_id, key, scheduled_us,
-    fence_token, attempt, target, retry_policy)."""
+    """A leased run joined with its job and tenant (FIRE_COLUMNS)."""
     return Fire(
         run_id=row["id"],
         job_id=row["job_id"],
@@ -240,9 +286,11 @@ def fire_from_row(row: Row, lease_until: datetime) -> Fire:
         scheduled_for=from_us(row["scheduled_us"]),
         fence_token=row["fence_token"],
         attempt=row["attempt"],
-        target=target_from_json(row["target"]),
+        target=target_from_json(row["target"], row["webhook_secrets"]),
         lease_until=lease_until,
         retry=retry_from_json(row["retry_policy"]),
+        tenant_secrets=secrets_from_json(row["tenant_secrets"]),
+        on_failure=alert_from_json(row["on_failure"]),
     )
 
 

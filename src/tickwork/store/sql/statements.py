@@ -9,7 +9,13 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tickwork.store.sql.rows import ATTEMPT_COLUMNS, JOB_COLUMNS, RUN_COLUMNS, SCHEDULE_COLUMNS
+from tickwork.store.sql.rows import (
+    ATTEMPT_COLUMNS,
+    JOB_COLUMNS,
+    RUN_COLUMNS,
+    SCHEDULE_COLUMNS,
+    TENANT_COLUMNS,
+)
 
 _JOB_PARAMS = ", ".join(":" + c.strip() for c in JOB_COLUMNS.split(","))
 
@@ -21,7 +27,7 @@ UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
     every_ms = :every_ms, anchor_us = :anchor_us, at_us = :at_us, start_us = :start_us,
     end_us = :end_us, misfire = :misfire, misfire_grace_ms = :misfire_grace_ms,
     target = :target, next_run_us = :next_run_us, updated_us = :updated_us,
-    retry_policy = :retry_policy
+    retry_policy = :retry_policy, webhook_secrets = :webhook_secrets, on_failure = :on_failure
 WHERE id = :id AND fence_token = :fence_token
 """
 DELETE_JOB = "DELETE FROM tw_jobs WHERE id = :id"
@@ -71,16 +77,27 @@ WHERE dead_lettered_us IS NOT NULL
   AND (CAST(:job_id AS TEXT) IS NULL OR job_id = :job_id)
 ORDER BY id DESC LIMIT :limit
 """
+# The job and tenant columns a leased fire carries, read beside an UPDATE ... RETURNING of
+# tw_runs (SQLite's RETURNING cannot name the tables of an UPDATE ... FROM). Each is a lookup
+# by primary key; the tenant's secrets ride along so workers sign without a read per fire.
+FIRE_EXTRAS = """
+    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target,
+    (SELECT retry_policy FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS retry_policy,
+    (SELECT webhook_secrets FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS webhook_secrets,
+    (SELECT on_failure FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS on_failure,
+    (SELECT t.webhook_secrets FROM tw_tenants t JOIN tw_jobs j ON t.tenant = j.tenant
+     WHERE j.id = tw_runs.job_id) AS tenant_secrets
+"""
 # A worker that got a run's envelope from an external queue leases it by id, if the fence is
 # still the one the scheduler published (a redelivered or superseded envelope finds it moved).
-LEASE_RUN = """
+LEASE_RUN = (
+    """
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
-RETURNING id, job_id, key, scheduled_us, fence_token, attempt,
-    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target,
-    (SELECT retry_policy FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS retry_policy
-"""
+RETURNING id, job_id, key, scheduled_us, fence_token, attempt,"""
+    + FIRE_EXTRAS
+)
 NEXT_LEASE = "SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'"
 # One outcome; the attempt is recorded only when this applied (the stores check the row count).
 FINISH_RUN = """
@@ -104,6 +121,15 @@ DELETE FROM tw_runs WHERE id IN (
     SELECT id FROM tw_runs
     WHERE status <> 'pending' AND dead_lettered_us IS NULL AND finished_us < :cutoff
     ORDER BY finished_us LIMIT :limit)
+"""
+GET_TENANT = f"SELECT {TENANT_COLUMNS} FROM tw_tenants WHERE tenant = :tenant"
+# An upsert: the row may already hold other settings (stage 3 adds limits), which it keeps.
+SET_TENANT_SECRETS = f"""
+INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)
+VALUES (:tenant, :webhook_secrets, :now, :now)
+ON CONFLICT (tenant) DO UPDATE SET webhook_secrets = excluded.webhook_secrets,
+    updated_us = excluded.updated_us
+RETURNING {TENANT_COLUMNS}
 """
 JOB_STATE_COUNTS = "SELECT state, count(*) AS n FROM tw_jobs GROUP BY state"
 PENDING_RUNS = "SELECT count(*) AS n FROM tw_runs WHERE status = 'pending'"

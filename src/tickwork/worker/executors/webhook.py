@@ -2,8 +2,9 @@
 
 Every attempt of one occurrence sends the same `idempotency-key` / `webhook-id` (derived from
 job id + scheduled instant), so a receiver can drop duplicates; `tickwork-fence` lets it reject
-a write from a superseded attempt. With signing secrets configured, each request is signed the
-Standard Webhooks way (`tickwork.webhooks.verify` checks it on the receiving side).
+a write from a superseded attempt. Requests are signed the Standard Webhooks way
+(`tickwork.webhooks.verify` checks it on the receiving side) with the job's secrets, else its
+tenant's (both carried by the fire), else this process's, else not at all.
 
 Every connection goes through the SSRF guard (`ssrf.py`): loopback, private, link-local,
 metadata and other non-global addresses are refused unless the allow-list names them, and the
@@ -13,7 +14,7 @@ address checked is the address connected to.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -22,6 +23,7 @@ from tickwork.clock import Clock, SystemClock, utc_iso
 from tickwork.domain.jobs import WebhookTarget
 from tickwork.domain.retry import classify_http, http_succeeded, parse_retry_after
 from tickwork.domain.runs import Fire
+from tickwork.domain.signing import SigningSource, resolve_secrets
 from tickwork.webhooks import sign
 from tickwork.worker.executors.ssrf import AddressPolicy, guarded_connector, refusal_of
 
@@ -81,9 +83,16 @@ class WebhookRunner:
             await self._session.close()
             self._session = None
 
+    def signing_for(self, fire: Fire) -> tuple[SigningSource, tuple[str, ...]]:
+        """Which secrets sign requests for `fire`'s job (its own, its tenant's, ours, none)."""
+        target = fire.target
+        return resolve_secrets(
+            job=target.secrets if isinstance(target, WebhookTarget) else (),
+            tenant=fire.tenant_secrets,
+            process=self._secrets,
+        )
+
     async def __call__(self, fire: Fire) -> Attempt:
-        if self._session is None:
-            raise RuntimeError("WebhookRunner used outside `async with`")
         target = fire.target
         if not isinstance(target, WebhookTarget):
             raise TypeError("WebhookRunner runs webhook targets only")
@@ -92,27 +101,52 @@ class WebhookRunner:
         if target.body is not None:
             data = json.dumps(target.body).encode()
             headers.setdefault("content-type", "application/json")
-        if self._secrets:
+        _, secrets = self.signing_for(fire)
+        return await self.send(
+            target.method,
+            target.url,
+            headers=headers,
+            data=data,
+            msg_id=fire.key,
+            secrets=secrets,
+            timeout_s=target.timeout_s,
+        )
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        data: bytes | None,
+        msg_id: str,
+        secrets: Sequence[str],
+        timeout_s: float,
+    ) -> Attempt:
+        """One request through the guarded session, signed with `secrets` (if any)."""
+        if self._session is None:
+            raise RuntimeError("WebhookRunner used outside `async with`")
+        # The signature covers this id, so the header is always the id that was signed.
+        headers = {**headers, "webhook-id": msg_id}
+        if secrets:
             timestamp = int(self._clock.now().timestamp())
             headers["webhook-timestamp"] = str(timestamp)
             headers["webhook-signature"] = sign(
-                msg_id=fire.key, timestamp=timestamp, body=data or b"", secrets=self._secrets
+                msg_id=msg_id, timestamp=timestamp, body=data or b"", secrets=secrets
             )
         try:
             async with self._session.request(
-                target.method,
-                target.url,
+                method,
+                url,
                 headers=headers,
                 data=data,
                 allow_redirects=False,  # a redirect could point anywhere; the job names its URL
-                timeout=aiohttp.ClientTimeout(total=target.timeout_s),
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as response:
                 await response.read()
                 return self._judge(response.status, response.headers.get("retry-after"))
         except TimeoutError:
-            return Attempt(
-                ok=False, error=f"timed out after {target.timeout_s:g} s", retryable=True
-            )
+            return Attempt(ok=False, error=f"timed out after {timeout_s:g} s", retryable=True)
         except aiohttp.ClientError as exc:
             refused = refusal_of(exc)
             if refused is not None:  # asking again would be refused again: not retryable
