@@ -21,7 +21,7 @@ from tickwork.settings import sqlite_path
 from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revision, upgrade
 from tickwork.testing import ThrowawayPostgres, free_port
 
-HEAD = "0003"  # the newest migration; bump it with every new revision
+HEAD = "0004"  # the newest migration; bump it with every new revision
 SCHEMA_TABLES = {"tw_jobs", "tw_runs", "tw_attempts", VERSION_TABLE}
 SCHEMA_INDEXES = {
     "tw_jobs_due",
