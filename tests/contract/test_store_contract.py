@@ -23,6 +23,7 @@ from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import RunOrigin, RunOutcome, RunStatus, occurrence_key
 from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import ClaimPlan, JobQuery, ScheduleStore
+from tickwork.store.postgres import PostgresStore
 from tickwork.store.sqlite import SqliteStore
 from tickwork.webhooks import generate_secret
 
@@ -532,11 +533,31 @@ async def test_history_is_pruned_by_age_but_dead_letters_stay(store: ScheduleSto
     await store.finish_runs([outcome(ok), outcome(bad, status=RunStatus.FAILED)])
     assert await store.prune_history(finished_before=T0, limit=100) == 0  # nothing that old
     cutoff = T0 + 3600 * SEC
-    assert await store.prune_history(finished_before=cutoff, limit=100) == 3  # 2 attempts + 1 run
+    # ok's attempt and ok's run; the dead letter keeps its run and its attempt (the DLQ's why)
+    assert await store.prune_history(finished_before=cutoff, limit=100) == 2
     with pytest.raises(NotFound):
         await store.get_run(ok.run_id)
     assert [r.id for r in await store.list_dead_letters()] == [bad.run_id]
+    assert [a.run_id for a in await store.list_attempts(bad.run_id)] == [bad.run_id]
     assert await store.prune_history(finished_before=cutoff, limit=100) == 0
+    # Purged, it is history like any other: its attempt and its run go.
+    assert await store.purge_dead_letters([bad.run_id]) == 1
+    assert await store.prune_history(finished_before=cutoff, limit=100) == 2
+    with pytest.raises(NotFound):
+        await store.get_run(bad.run_id)
+
+
+async def test_history_maintenance_is_safe_to_call_on_every_backend(store: ScheduleStore) -> None:
+    """SQLite and memory have nothing to maintain; PostgreSQL creates its first partitions."""
+    retention = timedelta(days=30)
+    first = await store.maintain_history(now=T0, retention=retention)
+    again = await store.maintain_history(now=T0, retention=retention)
+    assert first.dropped == ()
+    assert (again.created, again.dropped) == ((), ())
+    assert first.created == (
+        ("tw_attempts_p20260301", "tw_attempts_p20260302", "tw_attempts_p20260303",
+         "tw_attempts_p20260304") if isinstance(store, PostgresStore) else ()
+    )  # fmt: skip
 
 
 async def test_retry_policies_travel_with_the_fire(store: ScheduleStore) -> None:

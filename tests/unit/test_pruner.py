@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 from tickwork.clock import ManualClock
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import RunOutcome, RunStatus
+from tickwork.errors import StoreError
 from tickwork.maintenance.pruner import Pruner, PrunerConfig
+from tickwork.store.base import HistoryMaintenance
 from tickwork.store.memory import MemoryStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,8 +51,44 @@ async def test_old_history_goes_in_batches_and_dead_letters_stay() -> None:
     dead = await finished_runs(store, 2, RunStatus.FAILED)
     clock = ManualClock(T0 + timedelta(days=10))
     pruner = Pruner(store, clock, PrunerConfig(retention=timedelta(days=30), batch_size=3))
-    assert await pruner.run_once() == 0  # nothing is older than 30 days yet
+    assert (await pruner.run_once()).rows == 0  # nothing is older than 30 days yet
     clock.advance(timedelta(days=21))
-    assert await pruner.run_once() == 7 + 9  # 7 runs and all 9 attempts, 3 at a time
+    # 7 runs and their 7 attempts, 3 at a time; the dead letters keep their runs and attempts
+    assert (await pruner.run_once()).rows == 7 + 7
     assert [r.id for r in await store.list_dead_letters()] == sorted(dead, reverse=True)
-    assert await pruner.run_once() == 0
+    for run_id in dead:
+        assert [a.run_id for a in await store.list_attempts(run_id)] == [run_id]
+    assert (await pruner.run_once()).rows == 0
+
+
+class MaintainedStore(MemoryStore):
+    """Records the upkeep calls; fails them on demand (a store whose maintenance broke)."""
+
+    def __init__(self, *, failing: bool = False) -> None:
+        super().__init__()
+        self.calls: list[tuple[datetime, timedelta]] = []
+        self.failing = failing
+
+    async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
+        self.calls.append((now, retention))
+        if self.failing:
+            raise StoreError("partitions are busy")
+        return HistoryMaintenance(created=("tw_attempts_p20260301",))
+
+
+async def test_each_pass_maintains_the_history_at_the_clocks_now_first() -> None:
+    store = MaintainedStore()
+    now = T0 + timedelta(days=59, hours=5)
+    pruner = Pruner(store, ManualClock(now), PrunerConfig(retention=timedelta(days=7)))
+    result = await pruner.run_once()
+    assert store.calls == [(now, timedelta(days=7))]
+    assert result.partitions.created == ("tw_attempts_p20260301",)
+
+
+async def test_a_failed_maintenance_does_not_stop_the_batched_deletes() -> None:
+    store = MaintainedStore(failing=True)
+    await finished_runs(store, 2, RunStatus.SUCCEEDED)
+    clock = ManualClock(T0 + timedelta(days=31))
+    result = await Pruner(store, clock, PrunerConfig()).run_once()
+    assert result.partitions.skipped
+    assert result.rows == 2 + 2

@@ -1,7 +1,11 @@
 """History retention: delete attempts and finished runs older than the retention period.
 
-Dead letters are kept until they are redriven or purged. Deletes go in batches so that a large
-backlog never holds a long transaction (or SQLite's write lock) against the fire path.
+Each pass first lets the store maintain its history (`maintain_history`: on PostgreSQL, create
+the coming days' partitions of tw_attempts and drop the expired ones, ADR 0007), then deletes
+the rest in batches, so that a large backlog never holds a long transaction (or SQLite's write
+lock) against the fire path. Every scheduler process runs a pruner, so partitions are kept
+ahead without an operator; the store makes concurrent passes safe. Dead letters and their
+attempts are kept until they are redriven or purged.
 """
 
 from __future__ import annotations
@@ -10,10 +14,11 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from tickwork.clock import Clock
-from tickwork.store.base import ScheduleStore
+from tickwork.errors import StoreError
+from tickwork.store.base import HistoryMaintenance, ScheduleStore
 
 log = logging.getLogger("tickwork.pruner")
 
@@ -31,15 +36,23 @@ class PrunerConfig:
             raise ValueError("batch_size must be >= 1")
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PruneResult:
+    rows: int  # rows deleted by the batched deletes
+    partitions: HistoryMaintenance  # what the store's own upkeep changed
+
+
 class Pruner:
     def __init__(self, store: ScheduleStore, clock: Clock, config: PrunerConfig) -> None:
         self._store = store
         self._clock = clock
         self._config = config
 
-    async def run_once(self) -> int:
-        """One pass: delete in batches until nothing is older than the retention; returns rows."""
-        cutoff = self._clock.now() - self._config.retention
+    async def run_once(self) -> PruneResult:
+        """One pass: maintain, then delete in batches until nothing is older than the retention."""
+        now = self._clock.now()
+        upkeep = await self._maintain(now)
+        cutoff = now - self._config.retention
         total = 0
         while gone := await self._store.prune_history(
             finished_before=cutoff, limit=self._config.batch_size
@@ -48,7 +61,24 @@ class Pruner:
             await asyncio.sleep(0)  # let the fire path in between batches
         if total:
             log.info("pruned %d history rows", total, extra={"action": "history_pruned"})
-        return total
+        return PruneResult(rows=total, partitions=upkeep)
+
+    async def _maintain(self, now: datetime) -> HistoryMaintenance:
+        try:
+            upkeep = await self._store.maintain_history(now=now, retention=self._config.retention)
+        except StoreError:
+            # The batched deletes still work without it; the next pass tries again.
+            log.exception("history maintenance failed", extra={"action": "history_upkeep_failed"})
+            return HistoryMaintenance(skipped=True)
+        if upkeep.created or upkeep.dropped:
+            log.info(
+                "history partitions: created %s, dropped %s, kept %d dead-letter attempts",
+                list(upkeep.created),
+                list(upkeep.dropped),
+                upkeep.kept_attempts,
+                extra={"action": "history_partitions"},
+            )
+        return upkeep
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -28,6 +28,11 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
   `lease_runs` and `lease_run` carries its tenant's secrets as of that statement.
 * Dead letters: `list_dead_letters`, `redrive` (back to pending, leasable at once; the next
   attempt is one more than the last) and `purge` (out of the DLQ; the run stays failed).
+* History: `prune_history` deletes old attempts (not those of dead letters) and finished runs
+  (not dead letters) in batches. `maintain_history` is the backend's own upkeep before that:
+  on PostgreSQL it creates the coming days' partitions of tw_attempts and drops the expired ones,
+  keeping dead letters' attempts (ADR 0007); elsewhere it does nothing. Safe to call from many
+  processes at once.
 * `watch(topic)` returns an event set whenever jobs (topic "jobs") or runs (topic "runs")
   change, by this process or, where the backend can tell (PostgreSQL LISTEN/NOTIFY), another.
 """
@@ -37,7 +42,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from tickwork.domain.jobs import Job, JobState, Schedule
@@ -98,6 +103,16 @@ class JobQuery:
 class StoreStats:
     jobs_by_state: dict[str, int]
     runs_pending: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HistoryMaintenance:
+    """What one `maintain_history` call changed."""
+
+    created: tuple[str, ...] = ()  # partitions created
+    dropped: tuple[str, ...] = ()  # partitions dropped
+    kept_attempts: int = 0  # dead letters' attempts copied out of dropped partitions
+    skipped: bool = False  # another process was maintaining (or held a lock too long)
 
 
 class ScheduleStore(Protocol):
@@ -231,7 +246,15 @@ class ScheduleStore(Protocol):
 
     async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
         """Delete up to `limit` attempts and finished runs (not dead letters) that finished
-        before the cutoff; returns how many rows went. Call until it returns 0."""
+        before the cutoff; returns how many rows went. Call until it returns 0.
+
+        Dead letters and their attempts stay (until redriven or purged). On PostgreSQL only the
+        DEFAULT partition's attempts are deleted here: daily partitions go whole, by
+        `maintain_history`."""
+        ...
+
+    async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
+        """Backend upkeep of the history ahead of `prune_history` (see the module docstring)."""
         ...
 
     async def stats(self) -> StoreStats: ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import (
@@ -23,7 +23,16 @@ from tickwork.domain.runs import (
 )
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob
-from tickwork.store.base import Applied, ClaimPlan, DueJob, JobQuery, StoreStats, Topic, Watchers
+from tickwork.store.base import (
+    Applied,
+    ClaimPlan,
+    DueJob,
+    HistoryMaintenance,
+    JobQuery,
+    StoreStats,
+    Topic,
+    Watchers,
+)
 
 
 class MemoryStore:
@@ -288,7 +297,10 @@ class MemoryStore:
         ]
 
     async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
-        old_attempts = [a for a in self._attempts if a.finished_at < finished_before][:limit]
+        dead = {r.id for r in self._runs.values() if r.dead_lettered_at is not None}
+        old_attempts = [
+            a for a in self._attempts if a.finished_at < finished_before and a.run_id not in dead
+        ][:limit]
         gone = {id(a) for a in old_attempts}
         self._attempts = [a for a in self._attempts if id(a) not in gone]
         budget = limit - len(old_attempts)
@@ -304,6 +316,9 @@ class MemoryStore:
             del self._runs[run.id]
             self._keys.discard(run.key)
         return len(old_attempts) + len(old_runs)
+
+    async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
+        return HistoryMaintenance()  # nothing to keep up: prune_history does it all
 
     async def stats(self) -> StoreStats:
         by_state: dict[str, int] = {}

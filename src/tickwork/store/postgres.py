@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -26,7 +26,8 @@ from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
-from tickwork.store.base import Applied, ClaimPlan, Topic, Watchers
+from tickwork.store import pg_history
+from tickwork.store.base import Applied, ClaimPlan, HistoryMaintenance, Topic, Watchers
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql
 from tickwork.store.sql.reads import SqlReads
@@ -344,7 +345,8 @@ class PostgresStore(SqlReads):
     async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
         cutoff = to_us(finished_before)
         gone = 0
-        for statement in (sql.PRUNE_ATTEMPTS, sql.PRUNE_RUNS):
+        # Attempts only from DEFAULT: daily partitions go whole, in maintain_history (ADR 0007).
+        for statement in (pg_history.PRUNE_DEFAULT, sql.PRUNE_RUNS):
             text, _ = sql.to_numbered(statement)  # parameters: cutoff, limit
             try:
                 status = await self.pool.execute(text, cutoff, max(limit - gone, 0))
@@ -352,6 +354,15 @@ class PostgresStore(SqlReads):
                 raise StoreError(f"PostgreSQL error while pruning history: {exc}") from exc
             gone += int(status.split()[-1])
         return gone
+
+    async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
+        try:
+            async with self.pool.acquire() as conn:
+                return await pg_history.maintain(conn, now=now, retention=retention)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(
+                f"PostgreSQL error while maintaining history partitions: {exc}"
+            ) from exc
 
     async def _execute_notify(self, statement: str, args: tuple[Any, ...], topic: Topic) -> int:
         """Run one write and NOTIFY `topic` at its commit if it changed anything."""

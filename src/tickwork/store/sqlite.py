@@ -18,7 +18,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +27,7 @@ from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
-from tickwork.store.base import Applied, ClaimPlan, Topic, Watchers
+from tickwork.store.base import Applied, ClaimPlan, HistoryMaintenance, Topic, Watchers
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql
 from tickwork.store.sql.reads import SqlReads
@@ -309,6 +309,10 @@ class SqliteStore(SqlReads):
             return gone + conn.execute(sql.PRUNE_RUNS, params).rowcount
 
         return await self._write(prune)
+
+    async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
+        # SQLite has no partitions: prune_history's batched deletes are the whole retention.
+        return HistoryMaintenance()
 
 
 def _id_list(run_ids: Sequence[int] | None) -> str | None:

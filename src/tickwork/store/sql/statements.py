@@ -112,10 +112,17 @@ INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_u
 VALUES (:run_id, :job_id, :attempt, :fence, :worker, :started_us, :finished_us, :status,
         :http_status, :error)
 """
-PRUNE_ATTEMPTS = """
-DELETE FROM tw_attempts WHERE id IN (
-    SELECT id FROM tw_attempts WHERE finished_us < :cutoff ORDER BY finished_us LIMIT :limit)
+# Dead letters' attempts stay with them (ADR 0005): the DLQ is where an operator reads why a run
+# failed, until it is redriven or purged. `{table}`: PostgreSQL prunes only its DEFAULT partition.
+PRUNE_ATTEMPTS_IN = """
+DELETE FROM {table} WHERE id IN (
+    SELECT a.id FROM {table} a
+    WHERE a.finished_us < :cutoff
+      AND NOT EXISTS (SELECT 1 FROM tw_runs r
+                      WHERE r.id = a.run_id AND r.dead_lettered_us IS NOT NULL)
+    ORDER BY a.finished_us LIMIT :limit)
 """
+PRUNE_ATTEMPTS = PRUNE_ATTEMPTS_IN.format(table="tw_attempts")
 PRUNE_RUNS = """
 DELETE FROM tw_runs WHERE id IN (
     SELECT id FROM tw_runs
