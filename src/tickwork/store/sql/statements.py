@@ -71,15 +71,19 @@ WHERE dead_lettered_us IS NOT NULL
   AND (CAST(:job_id AS TEXT) IS NULL OR job_id = :job_id)
 ORDER BY id DESC LIMIT :limit
 """
+# What a lease of tw_runs returns (rows.fire_from_row): the run and, by primary-key lookups,
+# its job's target and retry policy. Scalar subqueries rather than UPDATE ... FROM tw_jobs, so
+# one RETURNING list serves both dialects and every by-id lease.
+FIRE_RETURNING = """id, job_id, key, scheduled_us, fence_token, attempt,
+    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target,
+    (SELECT retry_policy FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS retry_policy"""
 # A worker that got a run's envelope from an external queue leases it by id, if the fence is
 # still the one the scheduler published (a redelivered or superseded envelope finds it moved).
-LEASE_RUN = """
+LEASE_RUN = f"""
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
-RETURNING id, job_id, key, scheduled_us, fence_token, attempt,
-    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target,
-    (SELECT retry_policy FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS retry_policy
+RETURNING {FIRE_RETURNING}
 """
 NEXT_LEASE = "SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'"
 # One outcome; the attempt is recorded only when this applied (the stores check the row count).
@@ -107,6 +111,11 @@ DELETE FROM tw_runs WHERE id IN (
 """
 JOB_STATE_COUNTS = "SELECT state, count(*) AS n FROM tw_jobs GROUP BY state"
 PENDING_RUNS = "SELECT count(*) AS n FROM tw_runs WHERE status = 'pending'"
+# The table queue's depth: runs a worker could lease now. Served by the partial index
+# tw_runs_pending (lease_until_us) WHERE status = 'pending', so it never reads finished history.
+LEASABLE_RUNS = (
+    "SELECT count(*) AS n FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now"
+)
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_]+)")
 
