@@ -57,3 +57,8 @@ QUEUE_LAG = Gauge(
     "tickwork_queue_lag_seconds",
     "How long the oldest leasable run has been waiting for a worker (0 when none waits)",
 )
+QUEUE_DEPTH = Gauge(
+    "tickwork_queue_depth",
+    "Fires waiting for a worker: messages published and not yet acked (NATS, Redis), or pending "
+    "runs leasable now (table queue); sampled every metrics_interval_ms",
+)
