@@ -299,6 +299,18 @@ class NatsQueue:
         )
         return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
+    @property
+    def server_version(self) -> tuple[int, int, int]:
+        """(major, minor, patch) of the server this queue is connected to; (0, 0, 0) if none.
+
+        Delivery counts depend on it: before nats-server 2.11 a redelivery can come back as a
+        first delivery (docs/queues.md, "Delivery counts")."""
+        nc = self._nc
+        if nc is None:
+            return (0, 0, 0)
+        version = nc.connected_server_version
+        return (version.major, version.minor, version.patch)
+
     # -- setup -------------------------------------------------------------------------------
 
     async def _ensure_stream(self) -> None:
