@@ -508,18 +508,20 @@ _CPU_HEAD = ["api", "scheduler", "worker", "receiver", "nats-server", "PostgreSQ
 def _e2e_burst(
     cases: list[dict[str, Any]], title: str, last: str = "the last webhook"
 ) -> list[str]:
-    head = ["queue", "jobs", "time to last s", "**fires/s**", "first arrival ms",
+    head = ["queue", "jobs", "ready before T s", "time to last s", "**fires/s**",
+            "first to last fires/s", "first arrival ms",
             "lateness p50", "p90", "p99", "max", "missing", "dup", "commits per fire",
             "statements per fire", "rows inserted / updated per fire", "job creation s",
             "errors logged"]  # fmt: skip
     rows, cpu_rows = [], []
     for c in cases:
         if "error" in c:
-            rows.append([QUEUE_NAMES[c["queue"]], f"failed: {c['error']}"] + [""] * 14)
+            rows.append([QUEUE_NAMES[c["queue"]], f"failed: {c['error']}"] + [""] * 16)
             continue
         lat, per = c["lateness_ms"], c["per_fire"]
-        rows.append([QUEUE_NAMES[c["queue"]], num(c["jobs"]), num(c["completion_s"], 2),
-                     f"**{num(c['fires_per_s'], 0)}**", num(c["first_arrival_ms"], 1)]
+        rows.append([QUEUE_NAMES[c["queue"]], num(c["jobs"]), num(c.get("ready_before_t_s"), 1),
+                     num(c["completion_s"], 2), f"**{num(c['fires_per_s'], 0)}**",
+                     num(c.get("drain_per_s"), 0), num(c["first_arrival_ms"], 1)]
                     + [num(lat.get(k), 0) for k in ("p50", "p90", "p99", "max")]
                     + [num(c["missing"]), num(c["duplicates"]), num(per.get("xact_commit"), 3),
                        num(c.get("statements_per_fire"), 3),
