@@ -9,7 +9,11 @@ its own process (`bench/receiver.py`):
   directly through the store's `JobService` (before the processes start, so the scheduler is
   not woken by N notifications). Measured: T until the last webhook arrives, fires/s, receiver
   lateness (arrival - scheduled), missing/duplicate occurrences (by `webhook-id`), commits per
-  fire (`pg_stat_database`), CPU per process.
+  fire (`pg_stat_database`), statements per fire (each process counts what it sends, see
+  `bench/counted.py`), CPU per process.
+- task burst: the same burst with a Python no-op task as the target (`bench.noop_task`, the
+  worker started with `--import bench.noop_task`) instead of a webhook. There is no receiver:
+  completion is read from the runs table (finished_us, started_us - scheduled_us).
 - sustained: a ramp of rates; at each rate R, R jobs `{"every": "PT1S"}` with anchors spread
   evenly over the second (created over HTTP), a warm-up, then a window of whole seconds. The
   highest rate whose receiver lateness p99 stays under 100 ms (and nothing missing) passes.
@@ -30,17 +34,19 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 
 from bench import lateness, procs
 from bench.env import Env
 from bench.meter import CpuMeter, wait_for_quiet
+from bench.noop_task import NOOP_TASK
 from bench.pgutil import delta
 from bench.receiver import COUNT_PATH
 from bench.stats import summary
 from tickwork.clock import SystemClock
-from tickwork.domain.jobs import AtTrigger, Schedule, WebhookTarget
+from tickwork.domain.jobs import AtTrigger, Schedule, Target, TaskTarget, WebhookTarget
 from tickwork.jobs import JobService, JobSpec
-from tickwork.store.postgres import PostgresStore
+from tickwork.store.postgres import PostgresStore, asyncpg_dsn
 from tickwork.testing import ThrowawayNats, free_port
 
 QUEUES = ("table", "nats")
@@ -68,13 +74,21 @@ class E2EConfig:
 
 
 async def run(env: Env, cfg: E2EConfig) -> dict[str, Any]:
-    burst, sustained = [], []
+    burst, task_burst, sustained = [], [], []
     for queue in QUEUES:
         burst.append(await _guarded(burst_case(env, cfg, queue), queue))
         print(_burst_line(burst[-1]), flush=True)
     for queue in QUEUES:
+        task_burst.append(await _guarded(task_burst_case(env, cfg, queue), queue))
+        print(_burst_line(task_burst[-1], "task burst"), flush=True)
+    for queue in QUEUES:
         sustained.append(await _guarded(ramp(env, cfg, queue), queue))
-    return {"config": asdict(cfg), "burst": burst, "sustained": sustained}
+    return {
+        "config": asdict(cfg),
+        "burst": burst,
+        "task_burst": task_burst,
+        "sustained": sustained,
+    }
 
 
 async def _guarded(coro: Any, queue: str) -> dict[str, Any]:
@@ -84,16 +98,19 @@ async def _guarded(coro: Any, queue: str) -> dict[str, Any]:
         return {"queue": queue, "error": f"{type(exc).__name__}: {exc}"}
 
 
-def _burst_line(case: dict[str, Any]) -> str:
-    name = f"  e2e burst {case['queue']:>5}:"
+def _burst_line(case: dict[str, Any], kind: str = "burst") -> str:
+    name = f"  e2e {kind} {case['queue']:>5}:"
     if "error" in case:
         return f"{name} FAILED {case['error']}"
     lat = case["lateness_ms"]
     return (
         f"{name} {case['jobs']} jobs in {case['completion_s']} s = {case['fires_per_s']} "
-        f"fires/s, p50 {lat.get('p50')} p99 {lat.get('p99')} max {lat.get('max')} ms, "
+        f"fires/s (ready {case.get('ready_before_t_s')} s before T; first to last "
+        f"{case.get('drain_per_s')}/s), "
+        f"p50 {lat.get('p50')} p99 {lat.get('p99')} max {lat.get('max')} ms, "
         f"missing {case['missing']} dup {case['duplicates']}, "
-        f"commits/fire {case['per_fire'].get('xact_commit')}, noise {case['cpu']['foreign_cores']}"
+        f"commits/fire {case['per_fire'].get('xact_commit')}, "
+        f"statements/fire {case.get('statements_per_fire')}, noise {case['cpu']['foreign_cores']}"
     )
 
 
@@ -136,14 +153,20 @@ async def receiver(env: Env, tag: str) -> AsyncIterator[tuple[str, Path]]:
 
 @contextlib.asynccontextmanager
 async def roles(
-    env: Env, url: str, queue_url: str | None, tag: str, out: dict[str, Any]
+    env: Env,
+    url: str,
+    queue_url: str | None,
+    tag: str,
+    out: dict[str, Any],
+    worker_args: tuple[str, ...] = (),
 ) -> AsyncIterator[str]:
     """api, scheduler and worker processes on `url`; yields the API's base URL.
 
-    On exit they are stopped (SIGTERM) and `out` gets their exit codes and logged errors."""
+    On exit they are stopped (SIGTERM) and `out` gets their exit codes, logged errors and the
+    statements each sent to PostgreSQL."""
     port = free_port()
     extra = {"TICKWORK_QUEUE_URL": queue_url} if queue_url else {}
-    argv = {"api": ["--port", str(port)], "scheduler": [], "worker": []}
+    argv = {"api": ["--port", str(port)], "scheduler": [], "worker": list(worker_args)}
     children = await asyncio.gather(
         *(_start_role(env, role, url, argv[role], tag, extra) for role in ROLES),
         return_exceptions=True,
@@ -158,20 +181,43 @@ async def roles(
         codes = await asyncio.gather(*(c.stop() for c in started))
         out["exit_codes"] = {c.name: code for c, code in zip(started, codes, strict=True)}
         out["errors_logged"] = sum(_errors(c) for c in started)
+        out["statements"] = {c.name: _statements(env, tag, c.name) for c in started}
 
 
 async def _start_role(
     env: Env, role: str, url: str, args: list[str], tag: str, extra: dict[str, str]
 ) -> procs.Child:
+    counts = _counts_path(env, tag, role)
     child, _line = await procs.start(
         role,
-        [sys.executable, "-m", "tickwork", role, "--db", url, *args],
+        [sys.executable, "-m", "bench.counted", str(counts), role, "--db", url, *args],
         ready="listening",
         log_path=env.tmp / f"e2e-{tag}-{role}.log",
         env=BASE_ENV | extra,
     )
     env.attribution.named[child.pid] = role
     return child
+
+
+def _counts_path(env: Env, tag: str, role: str) -> Path:
+    return env.tmp / f"e2e-{tag}-{role}-statements.json"
+
+
+def _statements(env: Env, tag: str, role: str) -> int | None:
+    """Statements the role's process sent (None if it died before writing its count)."""
+    try:
+        counts: dict[str, int] = json.loads(_counts_path(env, tag, role).read_text())
+    except (OSError, ValueError):
+        return None
+    return sum(counts.values())
+
+
+def _per_fire_statements(statements: dict[str, int | None], fires: int) -> float | None:
+    """Statements of the scheduler and the worker per fire (the API idles in a burst)."""
+    sent = [statements.get(role) for role in ("scheduler", "worker")]
+    if fires <= 0 or any(n is None for n in sent):
+        return None
+    return round(sum(n for n in sent if n is not None) / fires, 3)
 
 
 def _errors(child: procs.Child) -> int:
@@ -189,7 +235,8 @@ async def burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
     result: dict[str, Any] = {"queue": queue, "jobs": cfg.burst_jobs, "foreign_before": quiet}
     async with receiver(env, f"burst-{queue}") as (base, out):
         t_us = _burst_instant(cfg)
-        result["create_s"] = await create_at_jobs(url, f"{base}/hook", t_us, cfg)
+        hook = WebhookTarget(url=f"{base}/hook", method="POST")
+        result["create_s"] = await create_at_jobs(url, hook, t_us, cfg)
         before = await env.admin.counters(db)
         async with (
             queue_server(env, queue) as queue_url,
@@ -203,7 +250,35 @@ async def burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
     await env.admin.drop(db)
     arrivals = json.loads(out.read_text())
     found = analyse_burst(arrivals, t_us, cfg.burst_jobs, counters)
-    return result | {"cpu": meter.report()} | found
+    statements = _per_fire_statements(result["statements"], cfg.burst_jobs)
+    return result | {"cpu": meter.report(), "statements_per_fire": statements} | found
+
+
+async def task_burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
+    """The burst with a no-op Python task as every job's target; read back from the store."""
+    quiet = await asyncio.to_thread(wait_for_quiet, env.attribution, max_wait_s=10.0)
+    db = await env.admin.create(f"e2e_task_{queue}")
+    url, tag = env.admin.dsn(db), f"task-{queue}"
+    result: dict[str, Any] = {"queue": queue, "jobs": cfg.burst_jobs, "foreign_before": quiet}
+    t_us = _burst_instant(cfg)
+    result["create_s"] = await create_at_jobs(url, TaskTarget(name=NOOP_TASK), t_us, cfg)
+    before = await env.admin.counters(db)
+    worker_args = ("--import", "bench.noop_task")
+    async with (
+        queue_server(env, queue) as queue_url,
+        roles(env, url, queue_url, tag, result, worker_args),
+    ):
+        result["ready_before_t_s"] = round(t_us / 1e6 - time.time(), 2)
+        await _sleep_until(t_us / 1e6)
+        with CpuMeter(env.attribution) as meter:
+            result["waited_s"], polls = await _wait_for_runs(url, cfg)
+    counters = delta(await env.admin.counters(db), before)
+    counters["xact_commit"] -= polls  # our own count queries, one autocommit each
+    runs, reruns = await _run_times(url)
+    await env.admin.drop(db)
+    found = analyse_task_burst(runs, reruns, t_us, cfg.burst_jobs, counters)
+    statements = _per_fire_statements(result["statements"], cfg.burst_jobs)
+    return result | {"cpu": meter.report(), "statements_per_fire": statements} | found
 
 
 def _burst_instant(cfg: E2EConfig) -> int:
@@ -212,14 +287,14 @@ def _burst_instant(cfg: E2EConfig) -> int:
     return math.ceil(time.time() + est) * 1_000_000
 
 
-async def create_at_jobs(url: str, hook: str, t_us: int, cfg: E2EConfig) -> float:
+async def create_at_jobs(url: str, target: Target, t_us: int, cfg: E2EConfig) -> float:
     """Create the one-shot jobs through the store's JobService (N concurrent creators)."""
     started = time.monotonic()
     at = datetime.fromtimestamp(t_us / 1e6, UTC)
     spec = JobSpec(
         name="bench-burst",
         schedule=Schedule(trigger=AtTrigger(at=at), misfire_grace_ms=3_600_000),
-        target=WebhookTarget(url=hook, method="POST"),
+        target=target,
     )
     store = PostgresStore(url, pool_size=cfg.create_concurrency)
     await store.open()
@@ -258,6 +333,71 @@ async def _wait_for(base: str, cfg: E2EConfig) -> float:
     return round(time.monotonic() - started, 2)
 
 
+async def _wait_for_runs(url: str, cfg: E2EConfig) -> tuple[float, int]:
+    """Poll the runs table until N runs finished or none finished for `stall_s`; returns the
+    wait and how many count queries it sent (each is a commit in pg_stat_database)."""
+    started = time.monotonic()
+    last, last_change, polls = -1, started, 0
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        while time.monotonic() - started < cfg.burst_timeout_s:
+            count = await conn.fetchval("SELECT count(*) FROM tw_runs WHERE status <> 'pending'")
+            polls += 1
+            now = time.monotonic()
+            if count != last:
+                last, last_change = count, now
+            if count >= cfg.burst_jobs or now - last_change > cfg.stall_s:
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        await conn.close()
+    return round(time.monotonic() - started, 2), polls
+
+
+async def _run_times(url: str) -> tuple[list[asyncpg.Record], int]:
+    """Every run's instants and status, and how many attempts were executions beyond the first
+    of their run (a fire run twice)."""
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        runs = await conn.fetch("SELECT scheduled_us, started_us, finished_us, status FROM tw_runs")
+        reruns = await conn.fetchval("SELECT count(*) - count(DISTINCT run_id) FROM tw_attempts")
+    finally:
+        await conn.close()
+    return list(runs), int(reruns)
+
+
+def analyse_task_burst(
+    runs: list[Any], reruns: int, t_us: int, jobs: int, counters: dict[str, int]
+) -> dict[str, Any]:
+    done = [r for r in runs if r["status"] == "succeeded"]
+    late_ms = [(r["started_us"] - r["scheduled_us"]) / 1000 for r in done]
+    last_us = max((r["finished_us"] for r in done), default=None)
+    completion = math.nan if last_us is None else (last_us - t_us) / 1e6
+    first_us = min((r["started_us"] for r in done), default=None)
+    return {
+        "deliveries": len(done),
+        "distinct": len(done),
+        "missing": jobs - len(done),
+        "duplicates": reruns,
+        "completion_s": round(completion, 3),
+        "fires_per_s": round(len(done) / completion, 1) if completion > 0 else math.nan,
+        "first_arrival_ms": math.nan if first_us is None else round((first_us - t_us) / 1e3, 1),
+        "drain_per_s": _drain([r["finished_us"] / 1e6 for r in done]),
+        "lateness_ms": summary(late_ms),
+        "counters": counters,
+        "per_fire": {k: round(v / jobs, 3) for k, v in counters.items()},
+    }
+
+
+def _drain(instants_s: list[float]) -> float:
+    """Fires per second between the first and the last completion: the burst's throughput even
+    when the processes were not ready at T (a loaded machine can delay their start-up)."""
+    if len(instants_s) < 2:
+        return math.nan
+    span = max(instants_s) - min(instants_s)
+    return round((len(instants_s) - 1) / span, 1) if span > 0 else math.nan
+
+
 def analyse_burst(
     arrivals: list[list[Any]], t_us: int, jobs: int, counters: dict[str, int]
 ) -> dict[str, Any]:
@@ -274,6 +414,7 @@ def analyse_burst(
         "completion_s": round(completion, 3),
         "fires_per_s": round(len(keys) / completion, 1) if completion > 0 else math.nan,
         "first_arrival_ms": round((min((a[0] for a in hooks), default=math.nan) - t_s) * 1e3, 1),
+        "drain_per_s": _drain([a[0] for a in hooks]),
         "lateness_ms": summary(late_ms),
         "counters": counters,
         "per_fire": {k: round(v / jobs, 3) for k, v in counters.items()},

@@ -55,7 +55,10 @@ async def start(
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=REPO,
-        env={**os.environ, **(env or {})},
+        # Children may write bytecode caches even where the caller's environment forbids it:
+        # without them every process start compiles all of its imports again (seconds of CPU
+        # each on this machine, measured with py-spy), which is not what the bench measures.
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "", **(env or {})},
         stdout=asyncio.subprocess.PIPE,
         stderr=log,
     )

@@ -64,3 +64,8 @@ ALERT_FAILURES = Counter(
     "tickwork_alert_failures_total",
     "Dead-letter alerts given up after their retries (logged; the run's outcome is unchanged)",
 )
+QUEUE_DEPTH = Gauge(
+    "tickwork_queue_depth",
+    "Fires waiting for a worker: messages published and not yet acked (NATS, Redis), or pending "
+    "runs leasable now (table queue); sampled every metrics_interval_ms",
+)

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     history_retention_days: float = Field(
         30, gt=0, description="attempts and finished runs older than this are deleted"
     )
+    metrics_interval_ms: int = Field(
+        5_000, ge=10, description="how often schedulers and workers sample the queue depth"
+    )
     max_body_bytes: int = Field(256 * 1024, ge=1024)
     log_level: str = "info"
 

@@ -34,6 +34,8 @@ from tickwork.queue.redis import RedisQueue
 from tickwork.testing import ThrowawayNats, ThrowawayRedis
 
 VISIBILITY_S = 1.0
+# The first nats-server line known to count every redelivery (see the deliveries test).
+NATS_COUNTS_REDELIVERIES = (2, 11, 0)
 # Generous: a loaded CI machine must not turn a late-but-correct delivery into a failure.
 PATIENCE_S = VISIBILITY_S + 4.0
 
@@ -225,14 +227,21 @@ async def test_retry_later_delays_redelivery_and_counts_it(queues: QueueKit) -> 
 async def test_deliveries_count_every_delivery_across_timeouts_and_retries(
     queues: QueueKit, request: pytest.FixtureRequest
 ) -> None:
-    if queues.backend == "nats":
-        # Known defect, not yet understood: once in several loaded CI runs the redelivery after
-        # the visibility timeout arrived with num_delivered == 1. Correctness does not depend on
-        # it (workers lease runs by fence and dead-letter by the store's attempt count), but the
-        # count is wrong; tracked in the session note. Non-strict so a pass still counts.
-        request.applymarker(pytest.mark.xfail(reason="NATS delivery count flake", strict=False))
     first = await queues.open(visibility_s=VISIBILITY_S)
     second = await queues.open(visibility_s=VISIBILITY_S)
+    if isinstance(second, NatsQueue) and second.server_version < NATS_COUNTS_REDELIVERIES:
+        # A server defect, not ours (docs/queues.md, "Delivery counts"): when AckWait expires
+        # in the same instant as the waiting pull request, nats-server before 2.11 re-sends the
+        # message as a first delivery (num_delivered 1). Here both are 1 s after the first
+        # delivery, so it happens in about one run in ten. Non-strict: most runs pass.
+        request.applymarker(
+            pytest.mark.xfail(
+                reason=f"nats-server {second.server_version} may re-send a redelivery with "
+                "num_delivered 1 when a pull request expires as AckWait does (fixed upstream "
+                "in nats-server PR #5305)",
+                strict=False,
+            )
+        )
     await first.publish([envelope(1)])
     await fetch_until(first, 1)  # delivery 1, never acked
     (redelivered,) = await fetch_until(second, 1)  # delivery 2, after the visibility timeout

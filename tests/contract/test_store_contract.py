@@ -700,6 +700,12 @@ async def test_fires_carry_their_tenant_secrets_and_alert_from_every_lease(
     by_id = await store.lease_run(again.run_id, again.fence_token, owner="d", lease_until=T0 + SEC)
     assert by_id is not None
     assert (by_id.tenant_secrets, by_id.on_failure) == ((SECRET_B,), ALERT)
+    # ... and so does the batched lease of a queue consumer.
+    await store.finish_runs([outcome(by_id, status=RunStatus.PENDING, retry_at=T0)])
+    [batched] = await store.lease_fenced_runs(
+        [(by_id.run_id, by_id.fence_token)], owner="e", lease_until=T0 + SEC
+    )
+    assert (batched.tenant_secrets, batched.on_failure) == ((SECRET_B,), ALERT)
 
 
 async def test_finish_reports_which_runs_applied(store: ScheduleStore) -> None:
@@ -712,3 +718,93 @@ async def test_finish_reports_which_runs_applied(store: ScheduleStore) -> None:
     )
     assert applied == 1
     assert applied.run_ids == {first.run_id}
+
+
+async def hand_off(store: ScheduleStore, count: int, *, at: datetime = T0) -> list:  # type: ignore[type-arg]
+    """`count` runs claimed for other processes (unowned, leasable at `at`), one per job."""
+    jobs = [make_job(n, next_run_at=at) for n in range(1, count + 1)]
+    for job in jobs:
+        await store.create_job(job)
+    plans = [plan_for(job, new_next=at + SEC) for job in jobs]
+    fires = await store.claim(plans, owner="s", lease_until=at + 60 * SEC, now=T0, hand_off=True)
+    return sorted(fires, key=lambda f: f.job_id)
+
+
+async def test_a_batch_is_leased_by_fence_and_only_what_is_still_due_is_leased(
+    store: ScheduleStore,
+) -> None:
+    fresh, finished, superseded, also_fresh = await hand_off(store, 4)
+    until = T0 + 30 * SEC
+    # `finished` ran to success already; its latest fence is the one a retry message would carry
+    [done] = await store.lease_fenced_runs(
+        [(finished.run_id, finished.fence_token)], owner="w0", lease_until=until
+    )
+    assert await store.finish_runs([outcome(done)]) == 1
+    # another worker took `superseded` meanwhile: the envelope's fence is stale
+    [theirs] = await store.lease_fenced_runs(
+        [(superseded.run_id, superseded.fence_token)], owner="w2", lease_until=until
+    )
+
+    leased = await store.lease_fenced_runs(
+        [
+            (fresh.run_id, fresh.fence_token),
+            (done.run_id, done.fence_token),
+            (superseded.run_id, superseded.fence_token),
+            (fresh.run_id, fresh.fence_token),  # the same message twice in one fetch
+            (also_fresh.run_id, also_fresh.fence_token),
+            (987654, 1),  # a run that is gone (its job was deleted)
+        ],
+        owner="w1",
+        lease_until=until,
+    )
+
+    assert sorted((f.run_id, f.attempt, f.fence_token, f.target) for f in leased) == [
+        (fresh.run_id, 1, fresh.fence_token + 1, TARGET),
+        (also_fresh.run_id, 1, also_fresh.fence_token + 1, TARGET),
+    ]
+    assert all(f.lease_until == until for f in leased)
+    assert (await store.get_run(done.run_id)).status is RunStatus.SUCCEEDED
+    # the stale envelope left w2's lease alone: w2's heartbeat and outcome still apply
+    assert await store.extend_leases([(theirs.run_id, theirs.fence_token)], lease_until=until) == 1
+    assert await store.finish_runs([outcome(theirs), *(outcome(f) for f in leased)]) == 3
+
+
+async def test_leasing_an_empty_batch_leases_nothing(store: ScheduleStore) -> None:
+    await hand_off(store, 1)
+    assert await store.lease_fenced_runs([], owner="w1", lease_until=T0 + SEC) == []
+    assert await store.leasable_runs(T0) == 1
+
+
+async def test_leasable_runs_counts_free_due_runs_only(store: ScheduleStore) -> None:
+    first, *_ = await hand_off(store, 3, at=T0 + 5 * SEC)
+    assert await store.leasable_runs(T0 + 4 * SEC) == 0  # not due yet
+    assert await store.leasable_runs(T0 + 5 * SEC) == 3
+
+    [leased] = await store.lease_fenced_runs(
+        [(first.run_id, first.fence_token)], owner="w1", lease_until=T0 + 30 * SEC
+    )
+    assert await store.leasable_runs(T0 + 5 * SEC) == 2
+    await store.finish_runs([outcome(leased)])
+    assert await store.leasable_runs(T0 + 5 * SEC) == 2
+    assert await store.leasable_runs(T0 + 31 * SEC) == 2  # finished runs never come back
+
+
+async def test_workers_leasing_overlapping_batches_each_get_a_run_at_most_once(
+    make_store: StoreFactory, opened: list[ScheduleStore]
+) -> None:
+    one = await open_store(make_store, opened)
+    other = await open_store(make_store, opened)
+    fires = await hand_off(one, 40)
+    pairs = [(f.run_id, f.fence_token) for f in fires]
+    until = T0 + 30 * SEC
+
+    # A redelivered batch reaches two workers, in opposite orders: no deadlock, no double lease.
+    mine, theirs = await asyncio.gather(
+        one.lease_fenced_runs(pairs, owner="w1", lease_until=until),
+        other.lease_fenced_runs(pairs[::-1], owner="w2", lease_until=until),
+    )
+
+    mine_ids = {f.run_id for f in mine}
+    theirs_ids = {f.run_id for f in theirs}
+    assert mine_ids.isdisjoint(theirs_ids)
+    assert mine_ids | theirs_ids == {f.run_id for f in fires}

@@ -18,7 +18,7 @@ How the contract maps onto JetStream:
     extend        +WPI (in_progress): restarts AckWait.
     ack           +ACK, then a flush so the server has it when we return.
     retry_later   -NAK with delay: redelivered no earlier than delay_s, num_delivered + 1.
-    depth         messages in the stream (work-queue: published and not yet acked).
+    depth         the consumer's num_pending + num_ack_pending (published, not yet acked).
 
 Durability: the stream is on disk (-sd), so unacked messages and the consumer survive a
 server restart, even a SIGKILL. An ack that had not reached the disk when the server was
@@ -289,9 +289,27 @@ class NatsQueue:
         await self._flush("retry_later")
 
     async def depth(self) -> int:
+        # The consumer's view rather than the stream's message count: the stream may also hold
+        # other subjects (open() only adds ours to an existing stream). Undelivered plus
+        # delivered-but-unacked (in flight, or waiting out a NAK delay) is "published and not
+        # yet acked" for our subject.
         js = self._context()
-        info = await self._call("read the stream state", js.stream_info(self.stream))
-        return int(info.state.messages)
+        info = await self._call(
+            "read the consumer state", js.consumer_info(self.stream, self.durable_name)
+        )
+        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+    @property
+    def server_version(self) -> tuple[int, int, int]:
+        """(major, minor, patch) of the server this queue is connected to; (0, 0, 0) if none.
+
+        Delivery counts depend on it: before nats-server 2.11 a redelivery can come back as a
+        first delivery (docs/queues.md, "Delivery counts")."""
+        nc = self._nc
+        if nc is None:
+            return (0, 0, 0)
+        version = nc.connected_server_version
+        return (version.major, version.minor, version.patch)
 
     # -- setup -------------------------------------------------------------------------------
 

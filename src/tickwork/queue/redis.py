@@ -300,6 +300,9 @@ class RedisQueue:
         )
 
     async def depth(self) -> int:
+        # XLEN, not XINFO GROUPS pending + lag: every ack deletes its entry (XACK + XDEL), so
+        # the stream holds exactly the unacked entries, delivered or not, and XLEN is O(1) and
+        # never unknown (a group's lag can be reported as nil). Delayed retries sit in the zset.
         client = self._client()
 
         async def run() -> int:

@@ -23,6 +23,7 @@ from tickwork.clock import Clock, SystemClock
 from tickwork.domain.runs import Fire
 from tickwork.errors import InvalidInput
 from tickwork.maintenance.pruner import Pruner, PrunerConfig
+from tickwork.maintenance.queue_depth import DepthGauge, DepthGaugeConfig, depth_source
 from tickwork.queue.base import Envelope, Queue
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
@@ -140,6 +141,12 @@ async def _serve_with(
             services.append(scheduler.run(stop))
             retention = timedelta(days=settings.history_retention_days)
             services.append(Pruner(store, clock, PrunerConfig(retention=retention)).run(stop))
+        if roles & {Role.SCHEDULER, Role.WORKER}:
+            gauge = DepthGauge(
+                depth_source(store, queue, clock),
+                DepthGaugeConfig(interval_ms=settings.metrics_interval_ms),
+            )
+            services.append(gauge.run(stop))
         app = create_app(
             store=store, clock=clock, settings=settings, ops_only=Role.API not in roles
         )

@@ -15,6 +15,9 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
 * `lease_runs` leases pending runs whose lease is free (expired: a crashed executor; released: a
   manual trigger, a retry whose backoff has passed, a redriven dead letter), incrementing the
   run's fence token and attempt. It is the table queue's dequeue.
+* `lease_fenced_runs` leases runs named by (run_id, fence_token) pairs, the envelopes a worker
+  fetched from an external queue, in one statement or transaction: a compare-and-set on the
+  fence, so a duplicate or superseded envelope (or a run already finished) leases nothing.
 * `extend_leases` is the executor's heartbeat for long runs, fence-guarded like every write.
 * `finish_runs` applies an outcome only if the run is still pending with the same fence token;
   a zombie executor's late outcome is rejected (it returns how many were applied). An applied
@@ -186,6 +189,18 @@ class ScheduleStore(Protocol):
     ) -> Fire | None:
         """Lease one pending run whose fence is still `fence_token` (fence + 1, attempt + 1);
         None when it finished, or another lease superseded that fence (a duplicate message)."""
+        ...
+
+    async def lease_fenced_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        """`lease_run` for a whole batch at once: lease each pending (run_id, fence_token) whose
+        fence is still that token (fence + 1, attempt + 1). Pairs that lease nothing (finished,
+        superseded, unknown, or repeated within the batch) are left out; order is not kept."""
+        ...
+
+    async def leasable_runs(self, now: datetime) -> int:
+        """How many pending runs a worker could lease at `now` (the table queue's depth)."""
         ...
 
     async def next_lease_at(self) -> datetime | None:

@@ -191,6 +191,19 @@ class MemoryStore:
         self._leases[run_id] = (owner, lease_until)
         return self._fire(run, self._jobs[run.job_id], lease_until)
 
+    async def lease_fenced_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        fires = []
+        for run_id, fence in leases:  # a repeated pair finds the fence already moved
+            fire = await self.lease_run(run_id, fence, owner=owner, lease_until=lease_until)
+            if fire is not None:
+                fires.append(fire)
+        return fires
+
+    async def leasable_runs(self, now: datetime) -> int:
+        return sum(1 for _, until in self._leases.values() if until <= now)
+
     async def next_lease_at(self) -> datetime | None:
         return min((until for _, until in self._leases.values()), default=None)
 

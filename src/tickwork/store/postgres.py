@@ -85,6 +85,27 @@ WHERE r.id = ANY(ARRAY(
 RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target,
     j.retry_policy, j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
 """
+# The runs a worker fetched from an external queue, leased in one statement: the same
+# compare-and-set on the fence as LEASE_RUN, over (id, fence) pairs. Rows are locked in id
+# order (ORDER BY under FOR UPDATE), so two workers leasing overlapping batches (a redelivered
+# message) queue behind each other instead of deadlocking; a waiter re-checks the fence on the
+# row's new version and finds it moved.
+LEASE_FENCED = f"""
+WITH wanted AS (
+    SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS w(run_id, fence)
+),
+locked AS (
+    SELECT r.id AS run_id, w.fence FROM tw_runs r JOIN wanted w ON r.id = w.run_id
+    WHERE r.id = ANY($1::bigint[]) AND r.fence_token = w.fence AND r.status = 'pending'
+    ORDER BY r.id
+    FOR UPDATE OF r
+)
+UPDATE tw_runs SET fence_token = tw_runs.fence_token + 1, attempt = tw_runs.attempt + 1,
+    lease_owner = $3, lease_until_us = $4
+FROM locked l
+WHERE tw_runs.id = l.run_id AND tw_runs.fence_token = l.fence
+RETURNING {sql.FIRE_RETURNING}
+"""
 # Outcomes and their attempt rows in one statement: only applied outcomes reach the history.
 FINISH_RUNS = """
 WITH o AS (
@@ -287,6 +308,21 @@ class PostgresStore(SqlReads):
         params["lease_until"] = to_us(lease_until)
         found = await self._query(sql.LEASE_RUN, params)
         return None if not found else rows.fire_from_row(found[0], lease_until)
+
+    async def lease_fenced_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        if not leases:
+            return []
+        # A pair repeated in the batch would join its row twice; one lease is all it may get.
+        unique = list(dict.fromkeys(leases))
+        ids = [run_id for run_id, _ in unique]
+        fences = [fence for _, fence in unique]
+        try:
+            found = await self.pool.fetch(LEASE_FENCED, ids, fences, owner, to_us(lease_until))
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error while leasing: {exc}") from exc
+        return [rows.fire_from_row(r, lease_until) for r in found]
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime

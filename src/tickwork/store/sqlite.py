@@ -255,6 +255,25 @@ class SqliteStore(SqlReads):
         found = await self._write(lambda conn: conn.execute(sql.LEASE_RUN, params).fetchone())
         return None if found is None else rows.fire_from_row(found, lease_until)
 
+    async def lease_fenced_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        if not leases:
+            return []
+        until = to_us(lease_until)
+        params = [
+            {"id": run_id, "fence": fence, "owner": owner, "lease_until": until}
+            for run_id, fence in dict.fromkeys(leases)
+        ]
+
+        def lease(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            found = (conn.execute(sql.LEASE_RUN, p).fetchone() for p in params)
+            return [row for row in found if row is not None]
+
+        # One BEGIN IMMEDIATE transaction: one commit (one fsync) for the whole batch.
+        leased = await self._write(lease)
+        return [rows.fire_from_row(r, lease_until) for r in leased]
+
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
     ) -> int:

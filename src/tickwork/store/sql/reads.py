@@ -61,6 +61,10 @@ class SqlReads:
         found = await self._query(sql.NEXT_LEASE, {})
         return rows.dt_or_none(found[0]["next_us"])
 
+    async def leasable_runs(self, now: datetime) -> int:
+        found = await self._query(sql.LEASABLE_RUNS, {"now": to_us(now)})
+        return int(found[0]["n"])
+
     async def get_run(self, run_id: int) -> Run:
         found = await self._query(sql.GET_RUN, {"id": run_id})
         if not found:

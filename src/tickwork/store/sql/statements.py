@@ -90,14 +90,15 @@ FIRE_EXTRAS = """
 """
 # A worker that got a run's envelope from an external queue leases it by id, if the fence is
 # still the one the scheduler published (a redelivered or superseded envelope finds it moved).
-LEASE_RUN = (
-    """
+# What a lease of tw_runs returns (rows.fire_from_row): the run and, by primary-key lookups,
+# its job's and tenant's columns. One RETURNING list serves both dialects and every by-id lease.
+FIRE_RETURNING = "id, job_id, key, scheduled_us, fence_token, attempt," + FIRE_EXTRAS
+LEASE_RUN = f"""
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
-RETURNING id, job_id, key, scheduled_us, fence_token, attempt,"""
-    + FIRE_EXTRAS
-)
+RETURNING {FIRE_RETURNING}
+"""
 NEXT_LEASE = "SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'"
 # One outcome; the attempt is recorded only when this applied (the stores check the row count).
 FINISH_RUN = """
@@ -140,6 +141,11 @@ RETURNING {TENANT_COLUMNS}
 """
 JOB_STATE_COUNTS = "SELECT state, count(*) AS n FROM tw_jobs GROUP BY state"
 PENDING_RUNS = "SELECT count(*) AS n FROM tw_runs WHERE status = 'pending'"
+# The table queue's depth: runs a worker could lease now. Served by the partial index
+# tw_runs_pending (lease_until_us) WHERE status = 'pending', so it never reads finished history.
+LEASABLE_RUNS = (
+    "SELECT count(*) AS n FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now"
+)
 
 _PARAM = re.compile(r"(?<![:\w]):([a-z_]+)")
 

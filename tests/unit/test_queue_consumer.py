@@ -1,0 +1,122 @@
+"""QueueConsumer.run_once against the in-memory store and queue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+from tickwork.clock import ManualClock
+from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
+from tickwork.domain.runs import Fire
+from tickwork.queue.base import Envelope
+from tickwork.queue.memory import MemoryQueue
+from tickwork.store.base import ClaimPlan
+from tickwork.store.memory import MemoryStore
+from tickwork.worker.consumer import QueueConsumer
+from tickwork.worker.executor import Executor
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+
+
+class CountingStore(MemoryStore):
+    """The memory store, counting how often the consumer goes to the store to lease."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lease_calls = 0
+
+    async def lease_fenced_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        self.lease_calls += 1
+        return await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until)
+
+
+class Submitted:
+    """Stands in for the executor: records what the consumer hands it."""
+
+    def __init__(self) -> None:
+        self.fires: list[Fire] = []
+
+    def submit(self, fires: Sequence[Fire]) -> None:
+        self.fires.extend(fires)
+
+
+async def handed_off(store: MemoryStore, count: int) -> list[Fire]:
+    schedule = Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0))
+    plans = []
+    for n in range(1, count + 1):
+        job = Job(
+            id=f"{n:032x}",
+            name=f"j{n}",
+            schedule=schedule,
+            target=WebhookTarget(url="http://127.0.0.1:9/"),
+            state=JobState.SCHEDULED,
+            next_run_at=T0,
+            created_at=T0,
+            updated_at=T0,
+        )
+        await store.create_job(job)
+        plans.append(
+            ClaimPlan(
+                job_id=job.id,
+                expected_fence=0,
+                expected_next_run_at=T0,
+                scheduled_for=T0,
+                coalesced=0,
+                new_next_run_at=T0 + S,
+            )
+        )
+    return await store.claim(plans, owner="sched", lease_until=T0 + S, now=T0, hand_off=True)
+
+
+def envelope(fire: Fire) -> Envelope:
+    return Envelope(
+        run_id=fire.run_id,
+        job_id=fire.job_id,
+        key=fire.key,
+        scheduled_for=fire.scheduled_for,
+        fence_token=fire.fence_token,
+        attempt=fire.attempt,
+    )
+
+
+def consumer(store: MemoryStore, queue: MemoryQueue, sink: Submitted) -> QueueConsumer:
+    executor = cast(Executor, sink)  # the consumer only calls submit()
+    return QueueConsumer(store, queue, executor, ManualClock(T0), node_id="w1", lease_ttl_ms=30_000)
+
+
+async def test_a_fetched_batch_is_leased_in_one_store_call_and_all_of_it_acked() -> None:
+    store, queue, sink = CountingStore(), MemoryQueue(visibility_s=30), Submitted()
+    fires = await handed_off(store, 3)
+    stale = replace(envelope(fires[0]), fence_token=fires[0].fence_token - 1, attempt=7)
+    await queue.publish([*(envelope(f) for f in fires), stale])
+
+    started = await consumer(store, queue, sink).run_once(timeout_s=0)
+
+    assert started == 3
+    assert store.lease_calls == 1
+    assert sorted(f.run_id for f in sink.fires) == sorted(f.run_id for f in fires)
+    assert all(f.fence_token == fires[0].fence_token + 1 for f in sink.fires)
+    assert await queue.depth() == 0  # the stale message was acked too, not left to come back
+
+
+async def test_a_redelivered_batch_leases_nothing_and_is_acked() -> None:
+    store, queue, sink = CountingStore(), MemoryQueue(visibility_s=30), Submitted()
+    fires = await handed_off(store, 2)
+    worker = consumer(store, queue, sink)
+    await queue.publish([envelope(f) for f in fires])
+    assert await worker.run_once(timeout_s=0) == 2
+
+    # The same attempts again (a scheduler re-publish NATS did not dedupe, a Redis duplicate):
+    # their fences moved on with the first lease.
+    duplicate = MemoryQueue(visibility_s=30)
+    await duplicate.publish([envelope(f) for f in fires])
+    started = await consumer(store, duplicate, sink).run_once(timeout_s=0)
+
+    assert started == 0
+    assert len(sink.fires) == 2
+    assert await duplicate.depth() == 0
