@@ -7,9 +7,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
+import pytest
+
 from tickwork.clock import ManualClock
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import Fire
+from tickwork.errors import StoreError
 from tickwork.queue.base import Envelope
 from tickwork.queue.memory import MemoryQueue
 from tickwork.store.base import ClaimPlan
@@ -43,6 +46,9 @@ class Submitted:
 
     def submit(self, fires: Sequence[Fire]) -> None:
         self.fires.extend(fires)
+
+    def holds(self, run_id: int) -> bool:
+        return any(fire.run_id == run_id for fire in self.fires)
 
 
 async def handed_off(store: MemoryStore, count: int) -> list[Fire]:
@@ -85,7 +91,7 @@ def envelope(fire: Fire) -> Envelope:
 
 
 def consumer(store: MemoryStore, queue: MemoryQueue, sink: Submitted) -> QueueConsumer:
-    executor = cast(Executor, sink)  # the consumer only calls submit()
+    executor = cast(Executor, sink)  # the consumer only calls submit() and holds()
     return QueueConsumer(store, queue, executor, ManualClock(T0), node_id="w1", lease_ttl_ms=30_000)
 
 
@@ -120,3 +126,60 @@ async def test_a_redelivered_batch_leases_nothing_and_is_acked() -> None:
     assert started == 0
     assert len(sink.fires) == 2
     assert await duplicate.depth() == 0
+
+
+class LostReplyStore(CountingStore):
+    """Fault injection: the next lease call commits, then its reply is lost (StoreError), as
+    when the connection drops between the commit and the answer."""
+
+    def __init__(self, *, commit: bool) -> None:
+        super().__init__()
+        self.fail_next = True
+        self.commit = commit
+
+    async def lease_fenced_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        if not self.fail_next:
+            return await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until)
+        self.fail_next = False
+        if self.commit:
+            await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until)
+        raise StoreError("connection lost")
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "rolled-back"])
+async def test_a_lease_whose_reply_was_lost_is_settled_on_the_next_round(committed: bool) -> None:
+    store, queue, sink = LostReplyStore(commit=committed), MemoryQueue(visibility_s=30), Submitted()
+    fires = await handed_off(store, 3)
+    await queue.publish([envelope(f) for f in fires])
+    worker = consumer(store, queue, sink)
+
+    with pytest.raises(StoreError):
+        await worker.run_once(timeout_s=0)
+    assert sink.fires == []
+
+    # The next round neither waits for the leases to run out nor for the queue to redeliver:
+    # committed leases are taken back at their fence, the others leased now. Each run once.
+    assert await worker.run_once(timeout_s=0) == 3
+    assert sorted(f.run_id for f in sink.fires) == sorted(f.run_id for f in fires)
+    assert all(f.fence_token == fires[0].fence_token + 1 for f in sink.fires)
+    assert await queue.depth() == 0
+    assert await worker.run_once(timeout_s=0) == 0  # nothing left to settle or fetch
+
+
+async def test_settling_never_takes_back_a_lease_someone_else_holds() -> None:
+    store, queue, sink = LostReplyStore(commit=False), MemoryQueue(visibility_s=30), Submitted()
+    [fire] = await handed_off(store, 1)
+    await queue.publish([envelope(fire)])
+    worker = consumer(store, queue, sink)
+    with pytest.raises(StoreError):
+        await worker.run_once(timeout_s=0)
+    # Meanwhile another worker leased the run (its backstop, or a redelivery).
+    [theirs] = await store.lease_fenced_runs(
+        [(fire.run_id, fire.fence_token)], owner="w2", lease_until=T0 + 30 * S
+    )
+    assert await worker.run_once(timeout_s=0) == 0
+    assert sink.fires == []
+    assert await queue.depth() == 0
+    assert theirs.fence_token == fire.fence_token + 1

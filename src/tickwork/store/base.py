@@ -18,6 +18,8 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
 * `lease_fenced_runs` leases runs named by (run_id, fence_token) pairs, the envelopes a worker
   fetched from an external queue, in one statement or transaction: a compare-and-set on the
   fence, so a duplicate or superseded envelope (or a run already finished) leases nothing.
+* `relet_own_runs` takes back, without a new fence, runs leased to this owner at the fences
+  a lease call would have produced: a lease whose commit went through while its reply was lost.
 * `extend_leases` is the executor's heartbeat for long runs, fence-guarded like every write.
 * `finish_runs` applies an outcome only if the run is still pending with the same fence token;
   a zombie executor's late outcome is rejected (it returns how many were applied). An applied
@@ -197,6 +199,15 @@ class ScheduleStore(Protocol):
         """`lease_run` for a whole batch at once: lease each pending (run_id, fence_token) whose
         fence is still that token (fence + 1, attempt + 1). Pairs that lease nothing (finished,
         superseded, unknown, or repeated within the batch) are left out; order is not kept."""
+        ...
+
+    async def relet_own_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        """Take back leases this `owner` may hold without knowing it: each pending
+        (run_id, fence_token) still leased to `owner` at exactly that fence gets `lease_until`
+        and is returned, the fence unchanged. For a lease call that failed after its commit
+        (the reply was lost): the caller asks for the fences that call would have produced."""
         ...
 
     async def leasable_runs(self, now: datetime) -> int:

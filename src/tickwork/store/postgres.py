@@ -106,6 +106,13 @@ FROM locked l
 WHERE tw_runs.id = l.run_id AND tw_runs.fence_token = l.fence
 RETURNING {sql.FIRE_RETURNING}
 """
+RELET_OWN = f"""
+UPDATE tw_runs SET lease_until_us = $4
+FROM unnest($1::bigint[], $2::bigint[]) AS w(run_id, fence)
+WHERE tw_runs.id = w.run_id AND tw_runs.fence_token = w.fence AND tw_runs.status = 'pending'
+    AND tw_runs.lease_owner = $3
+RETURNING {sql.FIRE_RETURNING}
+"""
 # Outcomes and their attempt rows in one statement: only applied outcomes reach the history.
 FINISH_RUNS = """
 WITH o AS (
@@ -322,6 +329,20 @@ class PostgresStore(SqlReads):
             found = await self.pool.fetch(LEASE_FENCED, ids, fences, owner, to_us(lease_until))
         except (OSError, asyncpg.PostgresError) as exc:
             raise StoreError(f"PostgreSQL error while leasing: {exc}") from exc
+        return [rows.fire_from_row(r, lease_until) for r in found]
+
+    async def relet_own_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        if not leases:
+            return []
+        unique = list(dict.fromkeys(leases))
+        ids = [run_id for run_id, _ in unique]
+        fences = [fence for _, fence in unique]
+        try:
+            found = await self.pool.fetch(RELET_OWN, ids, fences, owner, to_us(lease_until))
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error while re-leasing: {exc}") from exc
         return [rows.fire_from_row(r, lease_until) for r in found]
 
     async def extend_leases(

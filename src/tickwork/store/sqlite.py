@@ -274,6 +274,23 @@ class SqliteStore(SqlReads):
         leased = await self._write(lease)
         return [rows.fire_from_row(r, lease_until) for r in leased]
 
+    async def relet_own_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        if not leases:
+            return []
+        until = to_us(lease_until)
+        params = [
+            {"id": run_id, "fence": fence, "owner": owner, "lease_until": until}
+            for run_id, fence in dict.fromkeys(leases)
+        ]
+
+        def relet(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            found = (conn.execute(sql.RELET_OWN_RUN, p).fetchone() for p in params)
+            return [row for row in found if row is not None]
+
+        return [rows.fire_from_row(r, lease_until) for r in await self._write(relet)]
+
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
     ) -> int:

@@ -5,6 +5,12 @@ store with a compare-and-set on the fence (a duplicate or superseded message fin
 moved and is dropped), hands the fire to the executor and acks the message: from then on the
 store's lease, not the queue, keeps the fire alive. A message lost by the queue is recovered by
 the executor's backstop, which leases free runs straight from the store.
+
+A lease call that fails may still have committed (the connection died after the commit, before
+the reply): the runs are then leased to this worker at the next fence while nobody runs them,
+until the lease runs out. So after a failure the batch is kept, unacked, and the next round
+first takes those leases back (`relet_own_runs`, same fence, same owner), then leases the rest
+as usual: a dropped connection delays those fires by one round, not by a lease TTL.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from datetime import timedelta
 
 from tickwork import metrics
 from tickwork.clock import Clock
-from tickwork.queue.base import Queue
+from tickwork.domain.runs import Fire
+from tickwork.queue.base import Queue, Received
 from tickwork.store.base import ScheduleStore
 from tickwork.worker.executor import Executor
 
@@ -41,9 +48,12 @@ class QueueConsumer:
         self._node_id = node_id
         self._lease_ttl = timedelta(milliseconds=lease_ttl_ms)
         self._batch_size = batch_size
+        self._uncertain: list[Received] = []  # a batch whose lease call failed (maybe committed)
 
     async def run_once(self, timeout_s: float = 1.0) -> int:
         """Fetch one batch, lease and start what is still ours to run; returns fires started."""
+        if self._uncertain:
+            return await self._settle_uncertain()
         received = await self._queue.fetch(self._batch_size, timeout_s=timeout_s)
         if not received:
             return 0
@@ -51,7 +61,38 @@ class QueueConsumer:
         # One statement (one commit) for the whole batch; a message whose run is done or whose
         # fence moved on (a duplicate, a superseded attempt) leases nothing and is acked below.
         leases = [(m.envelope.run_id, m.envelope.fence_token) for m in received]
-        fires = await self._store.lease_fenced_runs(leases, owner=self._node_id, lease_until=until)
+        try:
+            fires = await self._store.lease_fenced_runs(
+                leases, owner=self._node_id, lease_until=until
+            )
+        except Exception:
+            self._uncertain = received
+            raise
+        return await self._start(received, fires)
+
+    async def _settle_uncertain(self) -> int:
+        """The batch whose lease call failed: take back the leases that committed anyway,
+        lease the others now."""
+        received = self._uncertain
+        until = self._clock.now() + self._lease_ttl
+        pending = [
+            (m.envelope.run_id, m.envelope.fence_token)
+            for m in received
+            if not self._executor.holds(m.envelope.run_id)
+        ]
+        # A committed lease moved the fence by one and named us as the owner.
+        ours = await self._store.relet_own_runs(
+            [(run_id, fence + 1) for run_id, fence in pending],
+            owner=self._node_id,
+            lease_until=until,
+        )
+        taken = {fire.run_id for fire in ours}
+        rest = [(run_id, fence) for run_id, fence in pending if run_id not in taken]
+        fires = await self._store.lease_fenced_runs(rest, owner=self._node_id, lease_until=until)
+        self._uncertain = []
+        return await self._start(received, [*ours, *fires])
+
+    async def _start(self, received: list[Received], fires: list[Fire]) -> int:
         if fires:
             metrics.FIRES.labels(origin="queue").inc(len(fires))
             self._executor.submit(fires)

@@ -77,6 +77,10 @@ class Executor:
         # backstop delay (external queues deliver first; the store only backs them up).
         self._horizon = timedelta(milliseconds=config.lookahead_ms - config.backstop_delay_ms)
 
+    def holds(self, run_id: int) -> bool:
+        """Whether a fire of this run is waiting or running here."""
+        return run_id in self._leased
+
     def submit(self, fires: Sequence[Fire]) -> None:
         """Start each fire at its instant; returns at once (the scheduler's dispatch hook)."""
         for fire in fires:

@@ -99,6 +99,12 @@ UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
 RETURNING {FIRE_RETURNING}
 """
+# A lease of ours whose reply was lost: same fence, same owner, a fresh lease_until.
+RELET_OWN_RUN = f"""
+UPDATE tw_runs SET lease_until_us = :lease_until
+WHERE id = :id AND fence_token = :fence AND status = 'pending' AND lease_owner = :owner
+RETURNING {FIRE_RETURNING}
+"""
 NEXT_LEASE = "SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'"
 # One outcome; the attempt is recorded only when this applied (the stores check the row count).
 FINISH_RUN = """
