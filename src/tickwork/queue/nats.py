@@ -482,6 +482,7 @@ class NatsQueue:
         nc = self._nc
         if nc is None:
             raise QueueError("nats: the queue is not open; call open() first")
+        await _revive_if_zombie(nc)
         deadline = asyncio.get_running_loop().time() + timeout_s
         while not nc.is_connected:
             if nc.is_closed:
@@ -509,7 +510,7 @@ class NatsQueue:
         if nc is None:
             raise QueueError("nats: the queue is not open; call open() first")
         try:
-            await nc.flush(timeout=max(1, round(self.api_timeout_s)))
+            await _flush_keeping_pongs(nc, max(1.0, self.api_timeout_s))
         except (TimeoutError, nats.errors.Error) as exc:
             self._raise(action, exc)
 
@@ -583,3 +584,38 @@ def _status_description(msg: Msg) -> str:
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# -- two nats-py traps (nats-py 2.16; see docs/queues.md, "Partitions") -------------------------
+
+
+async def _flush_keeping_pongs(nc: NatsClient, timeout_s: float) -> None:
+    """`nc.flush(timeout)` without its trap. On a timeout nats-py cancels the flush's PONG
+    future but leaves it queued; when the PONG finally arrives (a partition heals), setting
+    the cancelled future raises InvalidStateError inside the client's read loop, which then
+    ends without a reconnect. Here the future is shielded: a late PONG completes it harmlessly.
+    Falls back to `nc.flush` if the client's internals are not what this expects."""
+    send_ping = getattr(nc, "_send_ping", None)
+    reading = getattr(nc, "_reading_task", None)
+    if send_ping is None or reading is None or reading.done() or nc.is_closed:
+        await nc.flush(timeout=max(1, round(timeout_s)))
+        return
+    pong: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    await send_ping(pong)
+    try:
+        await asyncio.wait_for(asyncio.shield(pong), timeout_s)
+    except TimeoutError:
+        raise nats.errors.FlushTimeoutError from None
+
+
+async def _revive_if_zombie(nc: NatsClient) -> None:
+    """A client whose read loop died while it believes it is connected reads nothing ever
+    again (nats-py ends the loop on an unexpected exception without reconnecting). Hand it to
+    its own error path, which reconnects and starts a new read loop."""
+    reading = getattr(nc, "_reading_task", None)
+    process_op_err = getattr(nc, "_process_op_err", None)
+    if reading is None or process_op_err is None or not reading.done():
+        return
+    if nc.is_connected:
+        log.warning("nats read loop died; reconnecting", extra={"action": "queue.nats.revive"})
+        await process_op_err(nats.errors.StaleConnectionError())
