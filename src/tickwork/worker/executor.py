@@ -14,6 +14,7 @@ slots, so a slow alert receiver never holds up other runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -189,6 +190,7 @@ class Executor:
         runs_changed = self._store.watch("runs")
         loop = asyncio.get_running_loop()
         next_scan = next_heartbeat = 0.0
+        failures = 0  # consecutive failed rounds: while the store is down, back off, log once
         while not stop.is_set():
             try:
                 if runs_changed.is_set() or loop.time() >= next_scan or self._retry_due():
@@ -201,7 +203,22 @@ class Executor:
                     # Three beats per lease: one lost beat never lets a live lease lapse.
                     next_heartbeat = loop.time() + self._config.lease_ttl_ms / 3000
             except Exception:
-                log.exception("executor housekeeping failed", extra={"action": "executor_failed"})
+                failures += 1
+                if failures == 1:
+                    log.exception(
+                        "executor housekeeping failed", extra={"action": "executor_failed"}
+                    )
+                else:
+                    log.debug("executor housekeeping failed again", exc_info=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), outage_pause_s(failures))
+                continue
+            if failures:
+                log.warning(
+                    "executor housekeeping recovered",
+                    extra={"action": "executor_recovered", "failed_rounds": failures},
+                )
+                failures = 0
             await self._pause(runs_changed, stop)
         await self.drain()
 
@@ -238,6 +255,12 @@ class Executor:
         await self.flush()
         if self._alert_tasks:
             await asyncio.gather(*list(self._alert_tasks), return_exceptions=True)
+
+
+def outage_pause_s(failures: int) -> float:
+    """How long to wait after the `failures`-th failed round in a row: 50 ms doubling to 1 s,
+    so an outage of the store costs a few calls per second rather than fifty."""
+    return min(0.05 * 2.0 ** max(failures - 1, 0), 1.0)
 
 
 def _count(batch: Sequence[RunOutcome]) -> None:
