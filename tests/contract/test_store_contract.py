@@ -848,3 +848,25 @@ async def test_workers_leasing_overlapping_batches_each_get_a_run_at_most_once(
     theirs_ids = {f.run_id for f in theirs}
     assert mine_ids.isdisjoint(theirs_ids)
     assert mine_ids | theirs_ids == {f.run_id for f in fires}
+
+
+async def test_a_stale_outcome_batched_with_the_current_one_records_one_attempt(
+    store: ScheduleStore,
+) -> None:
+    # Found by the chaos harness: a worker kept an outcome it could not write while the
+    # database was full, its lease ran out, it leased the run again (fence + 1) and ran it;
+    # both outcomes then went out in one batch. Only the current one may reach the history.
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    stale = outcome(fire)
+    await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=T0)])
+    [again] = await store.lease_runs(now=T0, owner="w1", lease_until=T0 + SEC, limit=5)
+    assert again.fence_token > fire.fence_token
+    applied = await store.finish_runs([stale, outcome(again), outcome(again)])
+    assert (applied, applied.run_ids) == (1, {fire.run_id})
+    attempts = await store.list_attempts(fire.run_id)
+    assert [(a.fence_token, a.status) for a in attempts] == [
+        (fire.fence_token, RunStatus.PENDING),
+        (again.fence_token, RunStatus.SUCCEEDED),
+    ]

@@ -129,13 +129,15 @@ applied AS (
         lease_until_us = o.retry_us
     FROM o
     WHERE r.id = o.id AND r.fence_token = o.fence AND r.status = 'pending'
-    RETURNING r.id
+    RETURNING r.id, r.fence_token
 )
 INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
                          status, http_status, error)
 SELECT o.id, o.job_id, o.attempt, o.fence, o.worker, o.started_us, o.finished_us, o.status,
        o.http_status, o.error
-FROM o JOIN applied a ON a.id = o.id
+-- On the fence too: a stale outcome of the same run in this batch must not ride along on the
+-- current one's update (the chaos harness found two successes recorded that way).
+FROM o JOIN applied a ON a.id = o.id AND a.fence_token = o.fence
 RETURNING run_id
 """
 REDRIVE = """
@@ -361,7 +363,9 @@ class PostgresStore(SqlReads):
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not outcomes:
             return Applied(())
-        params = [rows.outcome_params(o) for o in outcomes]
+        # One outcome per (run, fence): a repeat would join the applied row twice.
+        unique = {(o.run_id, o.fence_token): o for o in outcomes}
+        params = [rows.outcome_params(o) for o in unique.values()]
         names = ("id", "fence", "status", "started_us", "finished_us", "http_status", "error",
                  "dead_us", "retry_us", "job_id", "attempt", "worker")  # fmt: skip
         columns = [[p[name] for p in params] for name in names]

@@ -139,7 +139,10 @@ class Executor:
             self._outcomes[:0] = batch  # keep them for the next flush; never drop an outcome
             raise
         for outcome in batch:
-            self._leased.pop(outcome.run_id, None)
+            # Only the lease this outcome was for: after its lease ran out, this executor may
+            # hold the same run again at a newer fence, which must keep its heartbeat.
+            if self._leased.get(outcome.run_id) == outcome.fence_token:
+                del self._leased[outcome.run_id]
             if outcome.retry_at is not None:
                 self._wake_at(outcome.retry_at)
             alerting = self._to_alert.pop(outcome.run_id, None)
