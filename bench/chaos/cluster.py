@@ -312,6 +312,21 @@ class Cluster:
             {row["status"]: row["n"] for row in statuses},
         )
 
+    async def attempts_of(self, keys: list[str]) -> list[dict[str, object]]:
+        """Every attempt recorded for these occurrence keys, for the post-mortem of a failure."""
+        conn = await asyncpg.connect(self.pg.dsn(DATABASE), timeout=10)
+        try:
+            found = await conn.fetch(
+                "SELECT r.key, a.run_id, a.attempt, a.fence_token, a.worker, a.status,"
+                " a.started_us, a.finished_us, a.tableoid::regclass::text AS partition"
+                " FROM tw_attempts a JOIN tw_runs r ON r.id = a.run_id"
+                " WHERE r.key = ANY($1::text[]) ORDER BY r.key, a.id",
+                keys,
+            )
+        finally:
+            await conn.close()
+        return [dict(row) for row in found]
+
     async def pending_due(self, until_us: int) -> int:
         conn = await asyncpg.connect(self.pg.dsn(DATABASE), timeout=10)
         try:

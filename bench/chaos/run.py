@@ -110,6 +110,11 @@ async def chaos_run(config: RunConfig, say: Callable[[str], None]) -> RunResult:
             faults=driver.windows,
             timing=Timing(lease_ttl_ms=config.lease_ttl_ms, backstop_ms=_backstop(config)),
         )
+        if verdict.duplicate_effect:  # keep the evidence: the cluster is gone after this
+            rows = await cluster.attempts_of(verdict.duplicate_effect[:100])
+            evidence = config.workdir / "duplicate_effect.json"
+            evidence.write_text(json.dumps(rows, indent=2, default=str))
+            say(f"  attempts of the keys with more than one success: {evidence}")
         return RunResult(
             config=config, verdict=verdict, planned=faults, windows=driver.windows,
             skipped=driver.skipped, run_statuses=statuses,
