@@ -321,6 +321,22 @@ class PostgresStore(SqlReads):
     async def lease_fenced_runs(
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
     ) -> list[Fire]:
+        return await self._by_fence(LEASE_FENCED, leases, owner, lease_until, "leasing")
+
+    async def relet_own_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        return await self._by_fence(RELET_OWN, leases, owner, lease_until, "re-leasing")
+
+    async def _by_fence(
+        self,
+        statement: str,
+        leases: Sequence[tuple[int, int]],
+        owner: str,
+        lease_until: datetime,
+        doing: str,
+    ) -> list[Fire]:
+        """Run a ($1 ids, $2 fences, $3 owner, $4 lease_until) statement returning fires."""
         if not leases:
             return []
         # A pair repeated in the batch would join its row twice; one lease is all it may get.
@@ -328,23 +344,9 @@ class PostgresStore(SqlReads):
         ids = [run_id for run_id, _ in unique]
         fences = [fence for _, fence in unique]
         try:
-            found = await self.pool.fetch(LEASE_FENCED, ids, fences, owner, to_us(lease_until))
+            found = await self.pool.fetch(statement, ids, fences, owner, to_us(lease_until))
         except (OSError, asyncpg.PostgresError) as exc:
-            raise StoreError(f"PostgreSQL error while leasing: {exc}") from exc
-        return [rows.fire_from_row(r, lease_until) for r in found]
-
-    async def relet_own_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
-    ) -> list[Fire]:
-        if not leases:
-            return []
-        unique = list(dict.fromkeys(leases))
-        ids = [run_id for run_id, _ in unique]
-        fences = [fence for _, fence in unique]
-        try:
-            found = await self.pool.fetch(RELET_OWN, ids, fences, owner, to_us(lease_until))
-        except (OSError, asyncpg.PostgresError) as exc:
-            raise StoreError(f"PostgreSQL error while re-leasing: {exc}") from exc
+            raise StoreError(f"PostgreSQL error while {doing}: {exc}") from exc
         return [rows.fire_from_row(r, lease_until) for r in found]
 
     async def extend_leases(

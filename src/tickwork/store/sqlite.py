@@ -258,25 +258,18 @@ class SqliteStore(SqlReads):
     async def lease_fenced_runs(
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
     ) -> list[Fire]:
-        if not leases:
-            return []
-        until = to_us(lease_until)
-        params = [
-            {"id": run_id, "fence": fence, "owner": owner, "lease_until": until}
-            for run_id, fence in dict.fromkeys(leases)
-        ]
-
-        def lease(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-            found = (conn.execute(sql.LEASE_RUN, p).fetchone() for p in params)
-            return [row for row in found if row is not None]
-
-        # One BEGIN IMMEDIATE transaction: one commit (one fsync) for the whole batch.
-        leased = await self._write(lease)
-        return [rows.fire_from_row(r, lease_until) for r in leased]
+        return await self._by_fence(sql.LEASE_RUN, leases, owner, lease_until)
 
     async def relet_own_runs(
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
     ) -> list[Fire]:
+        return await self._by_fence(sql.RELET_OWN_RUN, leases, owner, lease_until)
+
+    async def _by_fence(
+        self, statement: str, leases: Sequence[tuple[int, int]], owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        """Run a per-run (:id, :fence, :owner, :lease_until) statement for every distinct pair,
+        in one BEGIN IMMEDIATE transaction: one commit (one fsync) for the whole batch."""
         if not leases:
             return []
         until = to_us(lease_until)
@@ -285,11 +278,11 @@ class SqliteStore(SqlReads):
             for run_id, fence in dict.fromkeys(leases)
         ]
 
-        def relet(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-            found = (conn.execute(sql.RELET_OWN_RUN, p).fetchone() for p in params)
+        def each(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            found = (conn.execute(statement, p).fetchone() for p in params)
             return [row for row in found if row is not None]
 
-        return [rows.fire_from_row(r, lease_until) for r in await self._write(relet)]
+        return [rows.fire_from_row(r, lease_until) for r in await self._write(each)]
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
