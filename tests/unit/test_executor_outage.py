@@ -15,7 +15,8 @@ from tickwork.domain.runs import Fire, RunOutcome
 from tickwork.errors import StoreError
 from tickwork.store.base import Applied, ClaimPlan
 from tickwork.store.memory import MemoryStore
-from tickwork.worker.executor import Executor, ExecutorConfig, outage_pause_s
+from tickwork.timing.outage import outage_pause_s
+from tickwork.worker.executor import Executor, ExecutorConfig
 from tickwork.worker.executors.webhook import Attempt
 
 

@@ -28,6 +28,7 @@ from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
 from tickwork.store import pg_history
 from tickwork.store.base import Applied, ClaimPlan, HistoryMaintenance, Topic, Watchers
+from tickwork.store.pg_listen import NotifyListener
 from tickwork.store.sql import rows
 from tickwork.store.sql import statements as sql
 from tickwork.store.sql.reads import SqlReads
@@ -182,8 +183,8 @@ class PostgresStore(SqlReads):
         self._migrate = migrate
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
-        self._listener: asyncpg.Connection | None = None
         self._watchers = Watchers()
+        self.listener = NotifyListener(self._dsn, CHANNEL, self._on_notify, self._after_relisten)
 
     # -- lifecycle --------------------------------------------------------------------------
     async def open(self) -> None:
@@ -199,15 +200,12 @@ class PostgresStore(SqlReads):
                 server_settings=SERVER_SETTINGS,
                 reset=_keep_session,
             )
-            self._listener = await asyncpg.connect(self._dsn)
-            await self._listener.add_listener(CHANNEL, self._on_notify)
         except (OSError, asyncpg.PostgresError) as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        await self.listener.start()
 
     async def close(self) -> None:
-        if self._listener is not None:
-            await self._listener.close()
-            self._listener = None
+        await self.listener.close()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -215,11 +213,16 @@ class PostgresStore(SqlReads):
     def watch(self, topic: Topic) -> asyncio.Event:
         return self._watchers.watch(topic)
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+    def _on_notify(self, payload: str) -> None:
         if payload == "jobs":
             self._watchers.notify("jobs")
         elif payload == "runs":
             self._watchers.notify("runs")
+
+    def _after_relisten(self) -> None:
+        """Wake every loop: what was notified while nobody listened must be found by a scan."""
+        self._watchers.notify("jobs")
+        self._watchers.notify("runs")
 
     @property
     def pool(self) -> asyncpg.Pool:

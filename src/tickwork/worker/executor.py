@@ -25,6 +25,7 @@ from tickwork import metrics
 from tickwork.clock import Clock
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.store.base import ScheduleStore
+from tickwork.timing.outage import outage_pause_s
 from tickwork.worker.executors.webhook import Attempt
 from tickwork.worker.outcomes import outcome_for
 
@@ -258,12 +259,6 @@ class Executor:
         await self.flush()
         if self._alert_tasks:
             await asyncio.gather(*list(self._alert_tasks), return_exceptions=True)
-
-
-def outage_pause_s(failures: int) -> float:
-    """How long to wait after the `failures`-th failed round in a row: 50 ms doubling to 1 s,
-    so an outage of the store costs a few calls per second rather than fifty."""
-    return min(0.05 * 2.0 ** max(failures - 1, 0), 1.0)
 
 
 def _count(batch: Sequence[RunOutcome]) -> None:
