@@ -16,6 +16,7 @@ the job's policy: an exception is a retryable failure, `PermanentFailure` is not
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
@@ -28,6 +29,7 @@ from tickwork.domain.jobs import TaskTarget
 from tickwork.domain.runs import Fire
 from tickwork.errors import InvalidInput
 from tickwork.store.base import ScheduleStore
+from tickwork.worker.deadlines import Deadlines
 from tickwork.worker.executors.webhook import ERROR_EXCERPT_CHARS, Attempt
 
 __all__ = ["PermanentFailure", "TaskContext", "TaskRegistry", "import_task_modules", "task"]
@@ -99,6 +101,7 @@ class TaskRunner:
         self._store = store
         self._clock = clock
         self._lease_ttl = timedelta(milliseconds=lease_ttl_ms)
+        self._deadlines = Deadlines()
 
     async def _heartbeat(self, fire: Fire) -> None:
         """`ctx.heartbeat()`: extend this fire's lease now (fence-checked like every write)."""
@@ -119,19 +122,42 @@ class TaskRunner:
             scheduled_for=fire.scheduled_for,
             attempt=fire.attempt,
             fence_token=fire.fence_token,
-            args=target.args,
+            # Parsed targets are shared between fires (store/sql/rows.py): a task that
+            # mutates its args must not change what the job's next fire receives.
+            args=copy.deepcopy(target.args)
+            if isinstance(target.args, dict | list)
+            else target.args,
             heartbeat=lambda: self._heartbeat(fire),
         )
-        return await _call(fn, ctx, target.timeout_s)
+        return await _call(fn, ctx, target.timeout_s, self._deadlines)
 
 
-async def _call(fn: TaskFunction, ctx: TaskContext, timeout_s: float) -> Attempt:
+def _own_copy(args: Any) -> Any:
+    """Parsed targets are shared between fires (store/sql/rows.py): a task that mutates its
+    args must not change what the job's next fire receives."""
+    return copy.deepcopy(args) if isinstance(args, dict | list) else args
+
+
+async def _call(
+    fn: TaskFunction, ctx: TaskContext, timeout_s: float, deadlines: Deadlines
+) -> Attempt:
+    task = asyncio.current_task()
+    assert task is not None
+    deadlines.begin(task, timeout_s)
+    timed_out = False
     try:
-        if inspect.iscoroutinefunction(fn):
-            await asyncio.wait_for(fn(ctx), timeout_s)
-        else:
-            await asyncio.wait_for(asyncio.to_thread(fn, ctx), timeout_s)
-    except TimeoutError:
+        try:
+            if inspect.iscoroutinefunction(fn):
+                await fn(ctx)
+            else:
+                await asyncio.to_thread(fn, ctx)
+        finally:
+            timed_out = deadlines.end(task)
+            # Our cancel is spent; only a cancel from elsewhere (shutdown) may remain.
+            outside_cancel = timed_out and task.uncancel() > 0
+    except asyncio.CancelledError:
+        if not timed_out or outside_cancel:
+            raise
         return Attempt(ok=False, error=f"timed out after {timeout_s:g} s", retryable=True)
     except PermanentFailure as exc:
         return Attempt(ok=False, error=_excerpt(exc))

@@ -126,3 +126,45 @@ def test_names_are_unique_per_registry() -> None:
         tasks.task("a")(lambda ctx: None)
     with pytest.raises(ValueError, match="1 to 200"):
         tasks.task("")
+
+
+async def test_each_task_is_held_to_its_own_timeout(registry: TaskRegistry) -> None:
+    # One timer serves every running task (worker/deadlines.py): a task that starts later
+    # with a shorter timeout must still be cancelled at its own deadline, not the first's.
+    run = runner(registry)
+    patient = asyncio.create_task(run(fire("slow", timeout_s=20)))
+    await asyncio.sleep(0)  # the patient task registers its deadline first
+    hasty = await asyncio.wait_for(run(fire("slow", timeout_s=0.05)), timeout=5)
+    assert hasty.error == "timed out after 0.05 s"
+    assert not patient.done()
+    quick = await run(fire("async.ok", timeout_s=0.05))
+    assert quick.ok
+    patient.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await patient  # a cancel from outside (shutdown) is not turned into a timeout
+
+
+async def test_a_task_that_finishes_in_time_is_never_cancelled_later(
+    registry: TaskRegistry,
+) -> None:
+    run = runner(registry)
+    assert (await run(fire("async.ok", timeout_s=0.02))).ok
+    # The timer armed for that deadline still fires while this (the same) task sleeps; it
+    # must find nothing to cancel, or the sleep raises CancelledError.
+    assert await asyncio.sleep(0.1, "still here") == "still here"
+
+
+async def test_a_task_mutating_its_args_does_not_change_the_next_fire() -> None:
+    tasks = TaskRegistry()
+    seen: list[object] = []
+
+    @tasks.task("mutate")
+    async def mutate(ctx: TaskContext) -> None:
+        seen.append(dict(ctx.args))
+        ctx.args["n"] += 1
+
+    shared = fire("mutate", args={"n": 1})  # parsed targets are shared between fires
+    run = runner(tasks)
+    assert (await run(shared)).ok
+    assert (await run(shared)).ok
+    assert seen == [{"n": 1}, {"n": 1}]

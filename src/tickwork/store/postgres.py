@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -292,8 +291,8 @@ class PostgresStore(SqlReads):
             raise StoreError(f"PostgreSQL error during claim: {exc}") from exc
         if hand_off and found:
             self._watchers.notify("runs")
-        fires = [rows.fire_from_row(r, lease_until) for r in found]
-        return [replace(f, lease_until=f.scheduled_for) for f in fires] if hand_off else fires
+        # A handed-off run is leasable by any worker from its instant on.
+        return [rows.fire_from_row(r, None if hand_off else lease_until) for r in found]
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         key = occurrence_key(job_id, now, RunOrigin.MANUAL)
