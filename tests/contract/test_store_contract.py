@@ -809,6 +809,71 @@ async def test_an_owner_takes_back_only_its_own_leases_at_their_fence(
     assert await store.finish_runs([outcome(back[0])]) == 1
 
 
+async def test_an_owner_takes_back_its_live_leases_it_does_not_hold_at_their_fence(
+    store: ScheduleStore,
+) -> None:
+    # What a lease_runs call whose reply was lost leaves behind: runs leased to w1 at fences
+    # w1 never learned. Only those may come back; nothing else w1's name is (or was) on.
+    mine, held, theirs, expired, finished, released = await hand_off(store, 6)
+    until = T0 + 30 * SEC
+    leased = await store.lease_fenced_runs(
+        [(f.run_id, f.fence_token) for f in (mine, held, finished, released)],
+        owner="w1",
+        lease_until=until,
+    )
+    by_id = {f.run_id: f for f in leased}
+    await store.lease_fenced_runs(
+        [(expired.run_id, expired.fence_token)], owner="w1", lease_until=T0 + 5 * SEC
+    )
+    await store.lease_fenced_runs(
+        [(theirs.run_id, theirs.fence_token)], owner="w2", lease_until=until
+    )
+    assert await store.finish_runs([outcome(by_id[finished.run_id])]) == 1
+    retry = outcome(by_id[released.run_id], status=RunStatus.PENDING, retry_at=T0 + 60 * SEC)
+    assert await store.finish_runs([retry]) == 1  # released: pending, no owner
+
+    now, later = T0 + 5 * SEC, T0 + 90 * SEC  # `expired`'s lease ends exactly now: not live
+    back = await store.take_back_own_leases(
+        owner="w1", holding={held.run_id, 987654}, now=now, lease_until=later, limit=10
+    )
+
+    lost = by_id[mine.run_id]
+    assert [(f.run_id, f.fence_token, f.attempt, f.lease_until, f.target) for f in back] == [
+        (mine.run_id, lost.fence_token, lost.attempt, later, TARGET)
+    ]
+    # The new lease holds past the old one: nobody else may lease the run meanwhile ...
+    free = await store.lease_runs(now=T0 + 60 * SEC, owner="w3", lease_until=later, limit=10)
+    assert mine.run_id not in {f.run_id for f in free}
+    assert {f.run_id for f in free} == {held.run_id, theirs.run_id, expired.run_id, released.run_id}
+    # ... and the fence did not move: the outcome of the fire taken back applies.
+    assert await store.finish_runs([outcome(back[0])]) == 1
+    assert (
+        await store.take_back_own_leases(
+            owner="w1", holding=(), now=now, lease_until=later, limit=10
+        )
+        == []
+    )
+
+
+async def test_taking_back_own_leases_stops_at_the_limit_soonest_expiring_first(
+    store: ScheduleStore,
+) -> None:
+    fires = await hand_off(store, 3)
+    for n, fire in enumerate(fires):  # leases ending at +30 s, +20 s, +10 s
+        await store.lease_fenced_runs(
+            [(fire.run_id, fire.fence_token)], owner="w1", lease_until=T0 + (30 - 10 * n) * SEC
+        )
+    back = await store.take_back_own_leases(
+        owner="w1", holding=[], now=T0, lease_until=T0 + 60 * SEC, limit=2
+    )
+    assert sorted(f.run_id for f in back) == sorted(f.run_id for f in fires[1:])
+    # The two taken back now end at +60 s: the third, at +30 s, is the soonest.
+    [last] = await store.take_back_own_leases(
+        owner="w1", holding=[], now=T0, lease_until=T0 + 60 * SEC, limit=1
+    )
+    assert last.run_id == fires[0].run_id
+
+
 async def test_leasing_an_empty_batch_leases_nothing(store: ScheduleStore) -> None:
     await hand_off(store, 1)
     assert await store.lease_fenced_runs([], owner="w1", lease_until=T0 + SEC) == []

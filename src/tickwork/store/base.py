@@ -20,6 +20,10 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
   fence, so a duplicate or superseded envelope (or a run already finished) leases nothing.
 * `relet_own_runs` takes back, without a new fence, runs leased to this owner at the fences
   a lease call would have produced: a lease whose commit went through while its reply was lost.
+* `take_back_own_leases` is the same repair for `lease_runs`, whose caller cannot know the
+  fences: every pending run leased to this owner, still live and not among the runs the caller
+  already holds, gets a fresh lease and is returned at its fence (unchanged). It trusts `owner`
+  to name one live process, as node ids do (host:pid by default).
 * `extend_leases` is the executor's heartbeat for long runs, fence-guarded like every write.
 * `finish_runs` applies an outcome only if the run is still pending with the same fence token;
   a zombie executor's late outcome is rejected (it returns how many were applied). An applied
@@ -45,7 +49,7 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
@@ -208,6 +212,26 @@ class ScheduleStore(Protocol):
         (run_id, fence_token) still leased to `owner` at exactly that fence gets `lease_until`
         and is returned, the fence unchanged. For a lease call that failed after its commit
         (the reply was lost): the caller asks for the fences that call would have produced."""
+        ...
+
+    async def take_back_own_leases(
+        self,
+        *,
+        owner: str,
+        holding: Collection[int],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[Fire]:
+        """Take back the leases a `lease_runs` call whose reply was lost may have left behind.
+
+        Every pending run leased to `owner` whose lease is still live (lease_until > `now`) and
+        whose id is not in `holding` (the runs the caller holds and runs already) gets
+        `lease_until` and is returned, at most `limit` of them, soonest-expiring first. The
+        fence and the attempt are left as they are: they are the ones the lost reply carried,
+        so an outcome written at that fence applies. A run whose lease expired (any worker may
+        lease it anew, at a new fence), went to another owner or finished is never returned.
+        """
         ...
 
     async def leasable_runs(self, now: datetime) -> int:

@@ -7,7 +7,7 @@ asyncio.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -213,6 +213,31 @@ class MemoryStore:
             if held is None or held[0] != owner:
                 continue
             self._leases[run_id] = (owner, lease_until)
+            fires.append(self._fire(run, self._jobs[run.job_id], lease_until))
+        return fires
+
+    async def take_back_own_leases(
+        self,
+        *,
+        owner: str,
+        holding: Collection[int],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[Fire]:
+        held = set(holding)
+        ours = sorted(
+            (until, run_id)
+            for run_id, (holder, until) in self._leases.items()
+            if holder == owner
+            and until > now
+            and run_id not in held
+            and self._runs[run_id].status is RunStatus.PENDING
+        )
+        fires = []
+        for _, run_id in ours[:limit]:
+            run = self._runs[run_id]
+            self._leases[run_id] = (owner, lease_until)  # same fence: no new attempt
             fires.append(self._fire(run, self._jobs[run.job_id], lease_until))
         return fires
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -111,6 +111,21 @@ UPDATE tw_runs SET lease_until_us = $4
 FROM unnest($1::bigint[], $2::bigint[]) AS w(run_id, fence)
 WHERE tw_runs.id = w.run_id AND tw_runs.fence_token = w.fence AND tw_runs.status = 'pending'
     AND tw_runs.lease_owner = $3
+RETURNING {sql.FIRE_RETURNING}
+"""
+# Leases of ours that a lost LEASE_RUNS reply may have left live, taken back in one statement:
+# the fence stays, the lease is renewed. The inner select finds them through the pending-lease
+# index (tw_runs_pending) and locks them, waiting rather than skipping, so a run is not missed
+# for a lease TTL because a moment's lock hid it; a lock that waits re-checks the row, so a run
+# finished or leased elsewhere meanwhile drops out, and the outer WHERE says so once more.
+TAKE_BACK_OWN = f"""
+UPDATE tw_runs SET lease_until_us = $4
+WHERE id = ANY(ARRAY(
+        SELECT id FROM tw_runs
+        WHERE status = 'pending' AND lease_owner = $1 AND lease_until_us > $2
+          AND id <> ALL($3::bigint[])
+        ORDER BY lease_until_us, id LIMIT $5 FOR UPDATE))
+  AND status = 'pending' AND lease_owner = $1 AND lease_until_us > $2
 RETURNING {sql.FIRE_RETURNING}
 """
 # Outcomes and their attempt rows in one statement: only applied outcomes reach the history.
@@ -329,6 +344,24 @@ class PostgresStore(SqlReads):
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
     ) -> list[Fire]:
         return await self._by_fence(RELET_OWN, leases, owner, lease_until, "re-leasing")
+
+    async def take_back_own_leases(
+        self,
+        *,
+        owner: str,
+        holding: Collection[int],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[Fire]:
+        held = [int(i) for i in holding]
+        try:
+            found = await self.pool.fetch(
+                TAKE_BACK_OWN, owner, to_us(now), held, to_us(lease_until), limit
+            )
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error while taking back leases: {exc}") from exc
+        return [rows.fire_from_row(r, lease_until) for r in found]
 
     async def _by_fence(
         self,

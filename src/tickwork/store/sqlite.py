@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -61,6 +61,16 @@ WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us 
 RETURNING id, job_id, key, scheduled_us, fence_token, attempt,"""
     + sql.FIRE_EXTRAS
 )
+# Leases of ours that a lost lease_runs reply may have left live: same fence, a fresh lease.
+# The runs we already hold travel as JSON (SQLite has no arrays).
+TAKE_BACK_OWN = f"""
+UPDATE tw_runs SET lease_until_us = :lease_until
+WHERE id IN (SELECT id FROM tw_runs
+             WHERE status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
+               AND id NOT IN (SELECT value FROM json_each(:holding))
+             ORDER BY lease_until_us, id LIMIT :limit)
+RETURNING {sql.FIRE_RETURNING}
+"""
 EXTEND_LEASE = """
 UPDATE tw_runs SET lease_until_us = :lease_until
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
@@ -283,6 +293,25 @@ class SqliteStore(SqlReads):
             return [row for row in found if row is not None]
 
         return [rows.fire_from_row(r, lease_until) for r in await self._write(each)]
+
+    async def take_back_own_leases(
+        self,
+        *,
+        owner: str,
+        holding: Collection[int],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[Fire]:
+        params = {
+            "owner": owner,
+            "holding": json.dumps([int(i) for i in holding]),
+            "now": to_us(now),
+            "lease_until": to_us(lease_until),
+            "limit": limit,
+        }
+        taken = await self._write(lambda conn: conn.execute(TAKE_BACK_OWN, params).fetchall())
+        return [rows.fire_from_row(r, lease_until) for r in taken]
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime

@@ -5,6 +5,12 @@ concurrency limit, and its outcome is recorded in batches with a fence-guarded w
 whose lease expired without an outcome (a crashed process, a manual trigger) are leased again
 from the store, so a fire survives the death of the process that claimed it.
 
+That lease (`lease_runs`) can commit and still fail: the connection dies before the reply. Its
+runs are then leased to this node at fences it never learned, and nobody would run them until
+the lease ran out. So after a failed lease the next round first takes back this node's live
+leases that it does not hold (`take_back_own_leases`, same fence), then leases as usual: a lost
+reply costs one round, not a lease TTL.
+
 A job's dead-letter alert (`on_failure`) is sent only once the batch that dead-letters its run
 has been written and the store confirmed that this outcome applied: a zombie whose outcome the
 fence rejected stays silent. Alerts run as their own tasks, outside the fires' concurrency
@@ -34,6 +40,8 @@ from tickwork.worker.executors.webhook import Attempt
 from tickwork.worker.outcomes import outcome_for
 
 log = logging.getLogger("tickwork.executor")
+
+LEASE_BATCH = 1000  # runs per lease (or take-back) call
 
 Runner = Callable[[Fire], Awaitable[Attempt]]
 Alerter = Callable[[Fire, RunOutcome], Coroutine[object, None, object]]
@@ -85,6 +93,8 @@ class Executor:
         self._outcome_ready = asyncio.Event()
         self._leased: dict[int, int] = {}  # run_id -> fence of every fire we hold
         self._next_lease_at: datetime | None = None  # the earliest retry we released
+        # The last lease_runs call failed, and may have committed: take back its leases first.
+        self._lease_uncertain = False
         self._random = random.Random().random  # backoff jitter; tests may replace it
         # How far from now the lease horizon sits: ahead by the look-ahead, behind by the
         # backstop delay (external queues deliver first; the store only backs them up).
@@ -99,11 +109,17 @@ class Executor:
 
         No task per fire: due fires go to a ready queue that at most `concurrency` runner
         tasks drain, and later ones wait in a heap behind one timer. A task, a sleep and a
-        semaphore per fire were half of a worker's CPU in a no-op task burst (py-spy)."""
+        semaphore per fire were half of a worker's CPU in a no-op task burst (py-spy).
+
+        A fire already held here at the same fence is not started again: taking back our own
+        leases may return a run that the scheduler or the queue consumer of this process leased
+        too, and hands over once its own reply is in."""
         if not fires:
             return
         now = self._clock.now()
         for fire in fires:
+            if self._leased.get(fire.run_id) == fire.fence_token:
+                continue
             self._leased[fire.run_id] = fire.fence_token
             if fire.scheduled_for <= now:
                 self._ready.append(fire)
@@ -226,25 +242,61 @@ class Executor:
 
     async def recover_orphans(self) -> int:
         """Lease the runs whose lease is free (crashed holder, manual trigger, retry due,
-        redriven dead letter) and run them."""
+        redriven dead letter) and run them; after a failed lease, first take back the leases
+        that call may have committed. Returns how many fires it started."""
         self._next_lease_at = None
         now = self._clock.now()
-        fires = await self._store.lease_runs(
-            now=now + self._horizon,
-            owner=self._config.node_id,
-            lease_until=now + timedelta(milliseconds=self._config.lease_ttl_ms),
-            limit=1000,
-        )
-        if fires:
-            metrics.FIRES.labels(origin="leased").inc(len(fires))
-            self.submit(fires)
+        lease_until = now + timedelta(milliseconds=self._config.lease_ttl_ms)
+        started = 0
+        if self._lease_uncertain:
+            started += await self._take_back(now, lease_until)
+        try:
+            fires = await self._store.lease_runs(
+                now=now + self._horizon,
+                owner=self._config.node_id,
+                lease_until=lease_until,
+                limit=LEASE_BATCH,
+            )
+        except Exception:
+            # The error may have come after the commit (a lost reply): the runs would then be
+            # ours at fences we never saw. The next round takes them back before anything else.
+            self._lease_uncertain = True
+            raise
+        started += self._start_leased(fires)
         # Sleep no longer than until the next lease frees up: a hand-off from a scheduler in
         # another process, a retry, an expiring lease.
         next_free = await self._store.next_lease_at()
         self._next_lease_at = None if next_free is None else next_free - self._horizon
         waiting = self._next_lease_at
         metrics.QUEUE_LAG.set(max((now - waiting).total_seconds(), 0.0) if waiting else 0.0)
-        return len(fires)
+        return started
+
+    async def _take_back(self, now: datetime, lease_until: datetime) -> int:
+        """Start the runs leased to this node that it does not hold: those of a lease call
+        whose reply was lost. Their leases are live, so no other worker takes them meanwhile."""
+        fires = await self._store.take_back_own_leases(
+            owner=self._config.node_id,
+            holding=set(self._leased),
+            now=now,
+            lease_until=lease_until,
+            limit=LEASE_BATCH,
+        )
+        # Cleared only now that the store answered; a full batch may have left more behind.
+        self._lease_uncertain = len(fires) >= LEASE_BATCH
+        if fires:
+            log.info(
+                "took back %d leases whose reply was lost",
+                len(fires),
+                extra={"action": "leases_taken_back"},
+            )
+        return self._start_leased(fires)
+
+    def _start_leased(self, fires: Sequence[Fire]) -> int:
+        fresh = [f for f in fires if self._leased.get(f.run_id) != f.fence_token]
+        if fresh:
+            metrics.FIRES.labels(origin="leased").inc(len(fresh))
+            self.submit(fresh)
+        return len(fresh)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Flush outcomes and recover orphans until `stop`; then drain in-flight fires."""
