@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import logging
 import os
 import signal
@@ -65,7 +66,22 @@ def run_up(settings: Settings, roles: frozenset[Role] = ALL_ROLES) -> None:
     # uvloop (installed with uvicorn[standard]) roughly halves the event loop's cost per fire.
     if Role.WORKER in roles:
         import_task_modules(settings.imports)  # before serving: a bad module stops us here
+    _tune_collector()
     uvloop.run(serve(settings, roles))
+
+
+def _tune_collector() -> None:
+    """Fewer, cheaper garbage collections for a long-running process (its own, not a test's).
+
+    Every fire allocates a few dozen short-lived objects, so with the default threshold (700)
+    the collector ran ~20 times per 1,000 fires and, every so often, walked every module and
+    function loaded at start-up. Measured in a 20,000-fire task burst: ~0.45 s of CPU in each
+    of the scheduler and the worker, ~0.05 s after this. What start-up loaded is frozen (never
+    scanned again) and the youngest generation is collected every 50,000 allocations."""
+    import tickwork.api.app  # noqa: F401  (loaded by every role; load it before the freeze)
+
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 async def serve(
