@@ -96,6 +96,13 @@ class TimedStore:
         finally:
             self.claim_s += time.perf_counter() - started
 
+    async def claim_hand_off(self, plans: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await self._inner.claim_hand_off(plans, **kwargs)
+        finally:
+            self.claim_s += time.perf_counter() - started
+
     def phases(self, total_s: float) -> dict[str, float]:
         """due read, claim, and the rest of the ticks (planning, metrics): seconds."""
         rest = max(total_s - self.due_s - self.claim_s, 0.0)

@@ -20,7 +20,7 @@ from tickwork.domain.jobs import (
     WebhookTarget,
 )
 from tickwork.domain.retry import RetryPolicy
-from tickwork.domain.runs import RunOrigin, RunOutcome, RunStatus, occurrence_key
+from tickwork.domain.runs import Envelope, Fire, RunOrigin, RunOutcome, RunStatus, occurrence_key
 from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import ClaimPlan, JobQuery, ScheduleStore
 from tickwork.store.postgres import PostgresStore
@@ -279,8 +279,9 @@ async def test_an_occurrence_gets_one_run_even_if_claimed_again(store: ScheduleS
     assert (await store.get_job(job.id)).next_run_at == T0 + SEC
 
 
+@pytest.mark.parametrize("handing_off", [False, True], ids=["claim", "claim_hand_off"])
 async def test_racing_claimers_fire_each_occurrence_once(
-    make_store: StoreFactory, opened: list[ScheduleStore]
+    make_store: StoreFactory, opened: list[ScheduleStore], handing_off: bool
 ) -> None:
     first = await open_store(make_store, opened)
     second = await open_store(make_store, opened)
@@ -288,8 +289,14 @@ async def test_racing_claimers_fire_each_occurrence_once(
     for job in jobs:
         await first.create_job(job)
     plans = [plan_for(job, new_next=T0 + SEC) for job in jobs]
+
+    async def race(store: ScheduleStore, owner: str) -> list[Fire] | list[Envelope]:
+        if handing_off:
+            return await store.claim_hand_off(plans, owner=owner, now=T0)
+        return await claim(store, plans, owner=owner)
+
     results = await asyncio.gather(
-        *(claim(store, plans, owner=f"node-{i}") for i, store in enumerate([first, second] * 3))
+        *(race(store, f"node-{i}") for i, store in enumerate([first, second] * 3))
     )
     fired = [fire.job_id for fires in results for fire in fires]
     assert sorted(fired) == sorted(job.id for job in jobs)
@@ -586,15 +593,46 @@ async def test_a_hand_off_leaves_the_run_for_any_worker_at_its_instant(
     worker_side = await open_store(make_store, opened)
     job = make_job(1, next_run_at=T0 + 5 * SEC)
     await scheduler_side.create_job(job)
+    woken_here = scheduler_side.watch("runs")
     woken = worker_side.watch("runs")
-    plan = plan_for(job, new_next=T0 + 6 * SEC)
-    [fire] = await scheduler_side.claim(
-        [plan], owner="sched", lease_until=T0 + 99 * SEC, now=T0, hand_off=True
+    plan = plan_for(job, new_next=T0 + 6 * SEC, coalesced=3)
+    [envelope] = await scheduler_side.claim_hand_off([plan], owner="sched", now=T0)
+
+    [run] = await scheduler_side.list_runs(job.id)
+    assert envelope == Envelope(
+        run_id=run.id,
+        job_id=job.id,
+        key=occurrence_key(job.id, T0 + 5 * SEC),
+        scheduled_for=T0 + 5 * SEC,
+        fence_token=1,
+        attempt=0,  # a hand-off counts from its first lease
     )
-    assert fire.lease_until == T0 + 5 * SEC
+    assert (run.status, run.origin, run.attempt, run.fence_token, run.coalesced) == (
+        RunStatus.PENDING,
+        RunOrigin.SCHEDULE,
+        0,
+        1,
+        3,
+    )
+    stored = await scheduler_side.get_job(job.id)
+    assert (stored.fence_token, stored.next_run_at, stored.last_fired_at) == (
+        1,
+        T0 + 6 * SEC,
+        T0 + 5 * SEC,
+    )
+    await asyncio.wait_for(woken_here.wait(), 5)
     if not isinstance(worker_side, SqliteStore):  # SQLite cannot tell another connection
         await asyncio.wait_for(woken.wait(), 5)
+    # Unowned: the claimer holds no lease on it, so it has nothing to take back ...
+    assert (
+        await scheduler_side.take_back_own_leases(
+            owner="sched", holding=(), now=T0, lease_until=T0 + 99 * SEC, limit=5
+        )
+        == []
+    )
+    # ... and it is free from its own instant on, not before.
     assert await worker_side.next_lease_at() == T0 + 5 * SEC
+    assert await worker_side.leasable_runs(T0 + 4 * SEC) == 0
     early = await worker_side.lease_runs(
         now=T0 + 4 * SEC, owner="w", lease_until=T0 + 9 * SEC, limit=5
     )
@@ -602,19 +640,66 @@ async def test_a_hand_off_leaves_the_run_for_any_worker_at_its_instant(
     [leased] = await worker_side.lease_runs(
         now=T0 + 5 * SEC, owner="w", lease_until=T0 + 9 * SEC, limit=5
     )
-    assert (leased.run_id, leased.attempt, leased.fence_token) == (
-        fire.run_id,
+    assert (leased.run_id, leased.attempt, leased.fence_token, leased.target) == (
+        envelope.run_id,
         1,
-        fire.fence_token + 1,
+        envelope.fence_token + 1,
+        TARGET,
     )
     assert await worker_side.finish_runs([outcome(leased)]) == 1
+
+
+async def test_a_hand_off_claims_like_a_claim_and_hands_off_only_new_runs(
+    store: ScheduleStore,
+) -> None:
+    stale, paused, skipped, done, fresh = (make_job(n) for n in range(1, 6))
+    for job in (stale, paused, skipped, done, fresh):
+        await store.create_job(job)
+    await store.update_job(replace(paused, state=JobState.PAUSED))
+    [first] = await store.claim_hand_off([plan_for(done, new_next=None)], owner="s", now=T0)
+
+    handed = await store.claim_hand_off(
+        [
+            replace(plan_for(stale, new_next=T0 + SEC), expected_fence=7),
+            replace(plan_for(stale, new_next=T0 + SEC), expected_next_run_at=T0 - SEC),
+            plan_for(paused, new_next=T0 + SEC),
+            replace(plan_for(skipped, new_next=T0 + 5 * SEC), scheduled_for=None, coalesced=4),
+            plan_for(done, new_next=None),  # the same plan again: its job moved on
+            plan_for(fresh, new_next=T0 + SEC),
+        ],
+        owner="s",
+        now=T0,
+    )
+
+    assert [(e.job_id, e.fence_token, e.attempt) for e in handed] == [(fresh.id, 1, 0)]
+    assert (first.job_id, first.fence_token) == (done.id, 1)
+    assert (await store.get_job(done.id)).state is JobState.COMPLETED
+    assert (await store.get_job(stale.id)).fence_token == 0
+    assert await store.list_runs(stale.id) == []
+    assert await store.list_runs(paused.id) == []
+    skipped_now = await store.get_job(skipped.id)
+    assert (skipped_now.next_run_at, skipped_now.fence_token) == (T0 + 5 * SEC, 1)
+    assert await store.list_runs(skipped.id) == []
+    assert await store.leasable_runs(T0) == 2
+    assert await store.claim_hand_off([], owner="s", now=T0) == []
+
+
+async def test_an_occurrence_handed_off_is_not_handed_off_again(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    await store.claim_hand_off([plan_for(job, new_next=T0 + SEC)], owner="s", now=T0)
+    rearmed = await store.update_job(replace(await store.get_job(job.id), next_run_at=T0))
+    assert (
+        await store.claim_hand_off([plan_for(rearmed, new_next=T0 + SEC)], owner="s", now=T0) == []
+    )
+    assert len(await store.list_runs(job.id)) == 1
 
 
 async def test_a_run_is_leased_by_id_only_with_the_published_fence(store: ScheduleStore) -> None:
     job = make_job(1)
     await store.create_job(job)
     plan = plan_for(job, new_next=T0 + SEC)
-    [fire] = await store.claim([plan], owner="s", lease_until=T0 + 60 * SEC, now=T0, hand_off=True)
+    [fire] = await store.claim_hand_off([plan], owner="s", now=T0)
     until = T0 + 30 * SEC
     leased = await store.lease_run(fire.run_id, fire.fence_token, owner="w1", lease_until=until)
     assert leased is not None
@@ -720,14 +805,14 @@ async def test_finish_reports_which_runs_applied(store: ScheduleStore) -> None:
     assert applied.run_ids == {first.run_id}
 
 
-async def hand_off(store: ScheduleStore, count: int, *, at: datetime = T0) -> list:  # type: ignore[type-arg]
+async def hand_off(store: ScheduleStore, count: int, *, at: datetime = T0) -> list[Envelope]:
     """`count` runs claimed for other processes (unowned, leasable at `at`), one per job."""
     jobs = [make_job(n, next_run_at=at) for n in range(1, count + 1)]
     for job in jobs:
         await store.create_job(job)
     plans = [plan_for(job, new_next=at + SEC) for job in jobs]
-    fires = await store.claim(plans, owner="s", lease_until=at + 60 * SEC, now=T0, hand_off=True)
-    return sorted(fires, key=lambda f: f.job_id)
+    envelopes = await store.claim_hand_off(plans, owner="s", now=T0)
+    return sorted(envelopes, key=lambda e: e.job_id)
 
 
 async def test_a_batch_is_leased_by_fence_and_only_what_is_still_due_is_leased(

@@ -77,8 +77,8 @@ async def hand_off(store: PostgresStore, url: str, count: int, due: datetime) ->
                 new_next_run_at=None,
             )
         )
-    fires = await store.claim(plans, owner="sched", lease_until=due, now=due, hand_off=True)
-    assert len(fires) == count
+    handed_off = await store.claim_hand_off(plans, owner="sched", now=due)
+    assert len(handed_off) == count
 
 
 async def test_a_workers_metrics_show_the_queue_depth_rise_and_fall_back(

@@ -11,9 +11,8 @@ import pytest
 
 from tickwork.clock import ManualClock
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
-from tickwork.domain.runs import Fire
+from tickwork.domain.runs import Envelope, Fire
 from tickwork.errors import StoreError
-from tickwork.queue.base import Envelope
 from tickwork.queue.memory import MemoryQueue
 from tickwork.store.base import ClaimPlan
 from tickwork.store.memory import MemoryStore
@@ -51,7 +50,8 @@ class Submitted:
         return any(fire.run_id == run_id for fire in self.fires)
 
 
-async def handed_off(store: MemoryStore, count: int) -> list[Fire]:
+async def handed_off(store: MemoryStore, count: int) -> list[Envelope]:
+    """What a scheduler process without a worker does: claim, and publish the envelopes."""
     schedule = Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0))
     plans = []
     for n in range(1, count + 1):
@@ -76,18 +76,7 @@ async def handed_off(store: MemoryStore, count: int) -> list[Fire]:
                 new_next_run_at=T0 + S,
             )
         )
-    return await store.claim(plans, owner="sched", lease_until=T0 + S, now=T0, hand_off=True)
-
-
-def envelope(fire: Fire) -> Envelope:
-    return Envelope(
-        run_id=fire.run_id,
-        job_id=fire.job_id,
-        key=fire.key,
-        scheduled_for=fire.scheduled_for,
-        fence_token=fire.fence_token,
-        attempt=fire.attempt,
-    )
+    return await store.claim_hand_off(plans, owner="sched", now=T0)
 
 
 def consumer(store: MemoryStore, queue: MemoryQueue, sink: Submitted) -> QueueConsumer:
@@ -97,30 +86,30 @@ def consumer(store: MemoryStore, queue: MemoryQueue, sink: Submitted) -> QueueCo
 
 async def test_a_fetched_batch_is_leased_in_one_store_call_and_all_of_it_acked() -> None:
     store, queue, sink = CountingStore(), MemoryQueue(visibility_s=30), Submitted()
-    fires = await handed_off(store, 3)
-    stale = replace(envelope(fires[0]), fence_token=fires[0].fence_token - 1, attempt=7)
-    await queue.publish([*(envelope(f) for f in fires), stale])
+    sent = await handed_off(store, 3)
+    stale = replace(sent[0], fence_token=sent[0].fence_token - 1, attempt=7)
+    await queue.publish([*sent, stale])
 
     started = await consumer(store, queue, sink).run_once(timeout_s=0)
 
     assert started == 3
     assert store.lease_calls == 1
-    assert sorted(f.run_id for f in sink.fires) == sorted(f.run_id for f in fires)
-    assert all(f.fence_token == fires[0].fence_token + 1 for f in sink.fires)
+    assert sorted(f.run_id for f in sink.fires) == sorted(e.run_id for e in sent)
+    assert all(f.fence_token == sent[0].fence_token + 1 for f in sink.fires)
     assert await queue.depth() == 0  # the stale message was acked too, not left to come back
 
 
 async def test_a_redelivered_batch_leases_nothing_and_is_acked() -> None:
     store, queue, sink = CountingStore(), MemoryQueue(visibility_s=30), Submitted()
-    fires = await handed_off(store, 2)
+    sent = await handed_off(store, 2)
     worker = consumer(store, queue, sink)
-    await queue.publish([envelope(f) for f in fires])
+    await queue.publish(sent)
     assert await worker.run_once(timeout_s=0) == 2
 
     # The same attempts again (a scheduler re-publish NATS did not dedupe, a Redis duplicate):
     # their fences moved on with the first lease.
     duplicate = MemoryQueue(visibility_s=30)
-    await duplicate.publish([envelope(f) for f in fires])
+    await duplicate.publish(sent)
     started = await consumer(store, duplicate, sink).run_once(timeout_s=0)
 
     assert started == 0
@@ -151,8 +140,8 @@ class LostReplyStore(CountingStore):
 @pytest.mark.parametrize("committed", [True, False], ids=["committed", "rolled-back"])
 async def test_a_lease_whose_reply_was_lost_is_settled_on_the_next_round(committed: bool) -> None:
     store, queue, sink = LostReplyStore(commit=committed), MemoryQueue(visibility_s=30), Submitted()
-    fires = await handed_off(store, 3)
-    await queue.publish([envelope(f) for f in fires])
+    sent = await handed_off(store, 3)
+    await queue.publish(sent)
     worker = consumer(store, queue, sink)
 
     with pytest.raises(StoreError):
@@ -162,24 +151,24 @@ async def test_a_lease_whose_reply_was_lost_is_settled_on_the_next_round(committ
     # The next round neither waits for the leases to run out nor for the queue to redeliver:
     # committed leases are taken back at their fence, the others leased now. Each run once.
     assert await worker.run_once(timeout_s=0) == 3
-    assert sorted(f.run_id for f in sink.fires) == sorted(f.run_id for f in fires)
-    assert all(f.fence_token == fires[0].fence_token + 1 for f in sink.fires)
+    assert sorted(f.run_id for f in sink.fires) == sorted(e.run_id for e in sent)
+    assert all(f.fence_token == sent[0].fence_token + 1 for f in sink.fires)
     assert await queue.depth() == 0
     assert await worker.run_once(timeout_s=0) == 0  # nothing left to settle or fetch
 
 
 async def test_settling_never_takes_back_a_lease_someone_else_holds() -> None:
     store, queue, sink = LostReplyStore(commit=False), MemoryQueue(visibility_s=30), Submitted()
-    [fire] = await handed_off(store, 1)
-    await queue.publish([envelope(fire)])
+    [sent] = await handed_off(store, 1)
+    await queue.publish([sent])
     worker = consumer(store, queue, sink)
     with pytest.raises(StoreError):
         await worker.run_once(timeout_s=0)
     # Meanwhile another worker leased the run (its backstop, or a redelivery).
     [theirs] = await store.lease_fenced_runs(
-        [(fire.run_id, fire.fence_token)], owner="w2", lease_until=T0 + 30 * S
+        [(sent.run_id, sent.fence_token)], owner="w2", lease_until=T0 + 30 * S
     )
     assert await worker.run_once(timeout_s=0) == 0
     assert sink.fires == []
     assert await queue.depth() == 0
-    assert theirs.fence_token == fire.fence_token + 1
+    assert theirs.fence_token == sent.fence_token + 1

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import pytest
+from prometheus_client import REGISTRY
+
 from tickwork.clock import ManualClock
 from tickwork.domain.jobs import AtTrigger, EveryTrigger, Job, JobState, Schedule, WebhookTarget
-from tickwork.domain.runs import Fire
+from tickwork.domain.runs import Envelope, Fire, RunStatus, occurrence_key
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
+from tickwork.store.base import DueJob
 from tickwork.store.memory import MemoryStore
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
+MS = timedelta(milliseconds=1)
 
 
 def job(n: int, schedule: Schedule, next_run_at: datetime) -> Job:
@@ -53,6 +59,8 @@ async def test_run_once_claims_only_what_is_due_and_dispatches_it() -> None:
     result = await service.run_once(T0)
     assert [f.job_id for f in result.fires] == [f"{1:032x}"]
     assert sink.fires == result.fires
+    assert (result.handed_off, result.claimed) == ([], 1)
+    assert (result.fires[0].attempt, result.fires[0].lease_until) == (1, T0 + 60 * S + 50 * MS)
     assert (await store.get_job(f"{1:032x}")).next_run_at == T0 + S
     assert (await store.get_job(f"{2:032x}")).next_run_at == T0 + 10 * S
 
@@ -89,3 +97,102 @@ async def test_each_tick_fires_the_next_occurrence_no_gaps_no_repeats() -> None:
     assert [f.scheduled_for for f in sink.fires] == [
         T0 + k * timedelta(milliseconds=250) for k in range(5)
     ]
+
+
+# -- hand-off: no executor in this process ------------------------------------------------------
+
+
+class Published:
+    """Stands in for the publisher of an external queue."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.envelopes: list[Envelope] = []
+        self.fail = fail
+
+    async def __call__(self, envelopes: Sequence[Envelope]) -> None:
+        if self.fail:
+            raise ConnectionError("queue down")
+        self.envelopes.extend(envelopes)
+
+
+def fires_total() -> float:
+    return REGISTRY.get_sample_value("tickwork_fires_total", {"origin": "schedule"}) or 0.0
+
+
+def handing_off(store: MemoryStore, publish: Published | None = None) -> SchedulerService:
+    config = SchedulerConfig(node_id="s1", lookahead_ms=50)
+    return SchedulerService(store, ManualClock(T0), config, dispatch=None, publish=publish)
+
+
+async def test_without_an_executor_runs_are_handed_off_and_their_envelopes_published() -> None:
+    store = MemoryStore()
+    every = Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0))
+    for n in (1, 2):
+        await store.create_job(job(n, every, T0 + S))
+    published = Published()
+    counted = fires_total()
+
+    result = await handing_off(store, published).run_once(T0 + 960 * MS)  # claimed ahead
+
+    assert result.fires == []
+    assert (result.due, result.claimed, result.conflicts) == (2, 2, 0)
+    assert published.envelopes == result.handed_off
+    assert sorted((e.job_id, e.key, e.scheduled_for, e.attempt) for e in result.handed_off) == [
+        (f"{n:032x}", occurrence_key(f"{n:032x}", T0 + S), T0 + S, 0) for n in (1, 2)
+    ]
+    assert fires_total() - counted == 2
+    # Left in the store for any worker, from their instant on (not leased to the scheduler).
+    assert (
+        await store.lease_runs(now=T0 + 999 * MS, owner="w", lease_until=T0 + 9 * S, limit=9) == []
+    )
+    leased = await store.lease_runs(now=T0 + S, owner="w", lease_until=T0 + 9 * S, limit=9)
+    assert sorted((f.run_id, f.fence_token, f.attempt) for f in leased) == sorted(
+        (e.run_id, e.fence_token + 1, 1) for e in result.handed_off
+    )
+
+
+async def test_the_table_queue_alone_needs_no_publisher() -> None:
+    store = MemoryStore()
+    await store.create_job(job(1, Schedule(trigger=AtTrigger(at=T0)), T0))
+    woken = store.watch("runs")  # how workers of this process learn of the hand-off
+    result = await handing_off(store).run_once(T0)
+    assert [e.job_id for e in result.handed_off] == [f"{1:032x}"]
+    assert woken.is_set()
+    assert (await store.get_job(f"{1:032x}")).state is JobState.COMPLETED
+
+
+async def test_a_failed_publish_is_logged_and_the_runs_stay_in_the_store(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore()
+    await store.create_job(job(1, Schedule(trigger=AtTrigger(at=T0)), T0))
+    with caplog.at_level(logging.ERROR, logger="tickwork.scheduler"):
+        result = await handing_off(store, Published(fail=True)).run_once(T0)
+    assert result.claimed == 1
+    assert [r.action for r in caplog.records] == ["publish_failed"]  # type: ignore[attr-defined]
+    [run] = await store.list_runs(f"{1:032x}")
+    assert (run.id, run.status) == (result.handed_off[0].run_id, RunStatus.PENDING)
+    assert await store.leasable_runs(T0) == 1
+
+
+class StaleScan(MemoryStore):
+    """A due-scan that read the jobs before another scheduler claimed them."""
+
+    stale: list[DueJob] | None = None
+
+    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
+        return self.stale if self.stale is not None else await super().due_jobs(until, limit)
+
+
+async def test_a_hand_off_another_scheduler_won_counts_as_a_conflict() -> None:
+    store = StaleScan()
+    every = Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0))
+    for n in range(3):
+        await store.create_job(job(n, every, T0))
+    store.stale = await store.due_jobs(T0, 10)
+    published = Published()
+    winner, loser = handing_off(store, published), handing_off(store, published)
+    assert (await winner.run_once(T0)).claimed == 3
+    lost = await loser.run_once(T0)
+    assert (lost.due, lost.claimed, lost.conflicts, lost.handed_off) == (3, 0, 3, [])
+    assert len(published.envelopes) == 3  # the loser published nothing

@@ -1,12 +1,15 @@
-"""Runs: one record per occurrence handed to an executor, and the fire that carries it."""
+"""Runs: one record per occurrence handed to an executor, the fire that carries it, and the
+envelope that names it when it is handed off to workers elsewhere."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from tickwork.clock import to_us
+from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import AlertTarget, Target
 from tickwork.domain.retry import RetryPolicy
 
@@ -54,6 +57,52 @@ class Fire:
     # Read with the lease (a join), so a worker needs no store read per fire to sign it.
     tenant_secrets: tuple[str, ...] = field(default=(), repr=False)
     on_failure: AlertTarget | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Envelope:
+    """One attempt of one occurrence, named but not carried: what a hand-off claim returns and
+    what travels through a queue. A worker leases the run by (run_id, fence_token) and reads
+    the rest (target, retry policy, secrets) with the lease, so the scheduler never builds it.
+
+    It lives here, not in the queue package, because the stores return it too."""
+
+    run_id: int
+    job_id: str
+    key: str  # the occurrence's idempotency key (same for every attempt)
+    scheduled_for: datetime
+    fence_token: int
+    attempt: int
+
+    @property
+    def msg_id(self) -> str:
+        """Deduplication id: one per attempt, so a retry is not dropped as a duplicate."""
+        return f"{self.key}#{self.attempt}"
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "r": self.run_id,
+                "j": self.job_id,
+                "k": self.key,
+                "s": to_us(self.scheduled_for),
+                "f": self.fence_token,
+                "a": self.attempt,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Envelope:
+        raw: dict[str, Any] = json.loads(data)
+        return cls(
+            run_id=raw["r"],
+            job_id=raw["j"],
+            key=raw["k"],
+            scheduled_for=from_us(raw["s"]),
+            fence_token=raw["f"],
+            attempt=raw["a"],
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -24,55 +24,15 @@ Every backend passes `tests/contract/test_queue_contract.py` on a real server.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
-from tickwork.clock import from_us, to_us
+# The envelope is a domain record (the stores' hand-off claim returns it); it is re-exported
+# here because it is also this seam's message, and queue code has always imported it from here.
+from tickwork.domain.runs import Envelope
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Envelope:
-    """One attempt of one occurrence, as it travels through a queue."""
-
-    run_id: int
-    job_id: str
-    key: str  # the occurrence's idempotency key (same for every attempt)
-    scheduled_for: datetime
-    fence_token: int
-    attempt: int
-
-    @property
-    def msg_id(self) -> str:
-        """Deduplication id: one per attempt, so a retry is not dropped as a duplicate."""
-        return f"{self.key}#{self.attempt}"
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "r": self.run_id,
-                "j": self.job_id,
-                "k": self.key,
-                "s": to_us(self.scheduled_for),
-                "f": self.fence_token,
-                "a": self.attempt,
-            },
-            separators=(",", ":"),
-        ).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> Envelope:
-        raw: dict[str, Any] = json.loads(data)
-        return cls(
-            run_id=raw["r"],
-            job_id=raw["j"],
-            key=raw["k"],
-            scheduled_for=from_us(raw["s"]),
-            fence_token=raw["f"],
-            attempt=raw["a"],
-        )
+__all__ = ["Envelope", "Queue", "Received"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -21,11 +21,11 @@ import uvicorn
 import uvloop
 
 from tickwork.clock import Clock, SystemClock
-from tickwork.domain.runs import Fire
+from tickwork.domain.runs import Envelope
 from tickwork.errors import InvalidInput
 from tickwork.maintenance.pruner import Pruner, PrunerConfig
 from tickwork.maintenance.queue_depth import DepthGauge, DepthGaugeConfig, depth_source
-from tickwork.queue.base import Envelope, Queue
+from tickwork.queue.base import Queue
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
@@ -195,22 +195,11 @@ async def _open_queue(
 
 
 def _publisher(queue: Queue) -> Publish:
-    async def publish(fires: Sequence[Fire]) -> None:
+    async def publish(envelopes: Sequence[Envelope]) -> None:
         crash_if_asked("after_claim")  # fault injection: die between claim and publish
-        await queue.publish([_envelope(f) for f in fires])
+        await queue.publish(envelopes)
 
     return publish
-
-
-def _envelope(fire: Fire) -> Envelope:
-    return Envelope(
-        run_id=fire.run_id,
-        job_id=fire.job_id,
-        key=fire.key,
-        scheduled_for=fire.scheduled_for,
-        fence_token=fire.fence_token,
-        attempt=fire.attempt,
-    )
 
 
 def crash_if_asked(point: str) -> None:

@@ -1,4 +1,5 @@
-"""The scheduler service: find due jobs, claim them, hand their fires to an executor.
+"""The scheduler service: find due jobs, claim them, hand their fires to an executor or off to
+workers elsewhere.
 
 `run_once(now)` is one tick and returns what it did; `run()` loops, sleeping until the earliest
 due job (minus a small claim-ahead) or until the store reports a change, never polling blindly.
@@ -15,14 +16,14 @@ from datetime import datetime, timedelta
 
 from tickwork import metrics
 from tickwork.clock import Clock
-from tickwork.domain.runs import Fire
+from tickwork.domain.runs import Envelope, Fire
 from tickwork.scheduler.planning import plan_claim, sleep_seconds
 from tickwork.store.base import ClaimPlan, DueJob, ScheduleStore
 
 log = logging.getLogger("tickwork.scheduler")
 
 Dispatch = Callable[[Sequence[Fire]], None]
-Publish = Callable[[Sequence[Fire]], Awaitable[None]]
+Publish = Callable[[Sequence[Envelope]], Awaitable[None]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,9 +44,15 @@ class SchedulerConfig:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TickResult:
     due: int  # jobs the due-scan returned
-    fires: list[Fire] = field(default_factory=list)  # occurrences claimed and dispatched
+    fires: list[Fire] = field(default_factory=list)  # claimed and dispatched in this process
+    handed_off: list[Envelope] = field(default_factory=list)  # claimed for workers elsewhere
     conflicts: int = 0  # planned fires dropped because another claimer or an edit won
     full_batch: bool = False  # the scan hit the batch limit: more may be due already
+
+    @property
+    def claimed(self) -> int:
+        """Occurrences this tick fired, either way (one of the two lists is always empty)."""
+        return len(self.fires) + len(self.handed_off)
 
 
 class SchedulerService:
@@ -58,8 +65,9 @@ class SchedulerService:
         publish: Publish | None = None,
     ) -> None:
         """`dispatch` hands fires to an executor in this process; None hands them off through
-        the store instead (the table queue), to workers in any process, and `publish` then also
-        sends them to an external queue (a failed publish is logged: the store still has them)."""
+        the store instead (the table queue, `claim_hand_off`), to workers in any process, and
+        `publish` then also sends their envelopes to an external queue (a failed publish is
+        logged: the store still has them)."""
         self._publish = publish
         self._store = store
         self._clock = clock
@@ -67,7 +75,8 @@ class SchedulerService:
         self._dispatch = dispatch
 
     async def run_once(self, now: datetime | None = None) -> TickResult:
-        """Claim every job due by `now` (+ lookahead), up to one batch, and dispatch its fires."""
+        """Claim every job due by `now` (+ lookahead), up to one batch, and dispatch its fires
+        (or hand them off, publishing their envelopes)."""
         now = self._clock.now() if now is None else now
         cfg = self._config
         started = time.perf_counter()
@@ -78,30 +87,39 @@ class SchedulerService:
         if not due:
             return TickResult(due=0)
         plans = [plan_claim(job, now) for job in due]
-        lease_until = now + timedelta(milliseconds=cfg.lookahead_ms + cfg.lease_ttl_ms)
+        fires: list[Fire] = []
+        handed_off: list[Envelope] = []
         started = time.perf_counter()
-        fires = await self._store.claim(
-            plans,
-            owner=cfg.node_id,
-            lease_until=lease_until,
-            now=now,
-            hand_off=self._dispatch is None,
+        if self._dispatch is not None:
+            lease_until = now + timedelta(milliseconds=cfg.lookahead_ms + cfg.lease_ttl_ms)
+            fires = await self._store.claim(
+                plans, owner=cfg.node_id, lease_until=lease_until, now=now
+            )
+            metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
+            if fires:
+                self._dispatch(fires)
+        else:
+            # No executor here: the runs are left in the store for any worker, and only their
+            # envelopes come back (what a queue carries; the table queue needs not even that).
+            handed_off = await self._store.claim_hand_off(plans, owner=cfg.node_id, now=now)
+            metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
+            if handed_off and self._publish is not None:
+                await self._publish_safely(handed_off)
+        planned = sum(p.scheduled_for is not None for p in plans)
+        result = TickResult(
+            due=len(due),
+            fires=fires,
+            handed_off=handed_off,
+            conflicts=planned - len(fires) - len(handed_off),
+            full_batch=len(due) == cfg.batch_size,
         )
-        metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
-        if fires and self._dispatch is not None:
-            self._dispatch(fires)
-        elif fires and self._publish is not None:
-            await self._publish_safely(fires)
-        conflicts = sum(p.scheduled_for is not None for p in plans) - len(fires)
-        _record(due, plans, fires, conflicts)
-        return TickResult(
-            due=len(due), fires=fires, conflicts=conflicts, full_batch=len(due) == cfg.batch_size
-        )
+        _record(due, plans, result)
+        return result
 
-    async def _publish_safely(self, fires: Sequence[Fire]) -> None:
+    async def _publish_safely(self, envelopes: Sequence[Envelope]) -> None:
         assert self._publish is not None
         try:
-            await self._publish(fires)
+            await self._publish(envelopes)
         except Exception:
             log.exception(
                 "publish failed; workers will take these fires from the store",
@@ -128,11 +146,9 @@ class SchedulerService:
             await _wait_any(changed, stop, delay)
 
 
-def _record(
-    due: Sequence[DueJob], plans: Sequence[ClaimPlan], fires: Sequence[Fire], conflicts: int
-) -> None:
-    metrics.FIRES.labels(origin="schedule").inc(len(fires))
-    metrics.CLAIM_CONFLICTS.inc(conflicts)
+def _record(due: Sequence[DueJob], plans: Sequence[ClaimPlan], result: TickResult) -> None:
+    metrics.FIRES.labels(origin="schedule").inc(result.claimed)
+    metrics.CLAIM_CONFLICTS.inc(result.conflicts)
     for job, plan in zip(due, plans, strict=True):
         if plan.coalesced:
             metrics.MISSED.labels(policy=job.schedule.misfire.value).inc(plan.coalesced)

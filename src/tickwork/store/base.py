@@ -5,9 +5,10 @@ Every backend (memory, SQLite, PostgreSQL) passes one contract suite
 
 * Instants go in and come out as aware UTC datetimes, kept to the microsecond.
 * `due_jobs` is a read: it locks nothing and may return jobs another scheduler is claiming.
-* `claim` is the only way a job fires. For each plan it performs, in ONE transaction, a
-  compare-and-set on `(fence_token, next_run_at)` that increments the fence, advances
-  `next_run_at` (or completes the job) and inserts the occurrence's run. A plan whose job
+* `claim` (and `claim_hand_off`, its form for workers elsewhere) is the only way a job fires.
+  For each plan it performs, in ONE transaction, a compare-and-set on
+  `(fence_token, next_run_at)` that increments the fence, advances `next_run_at` (or completes
+  the job) and inserts the occurrence's run. A plan whose job
   changed since it was read (another claimer won, the job was paused, edited or deleted) is
   dropped silently and yields no fire. A run whose occurrence key already exists is not inserted
   again. So however many schedulers race, each occurrence fires at most once per claim winner,
@@ -55,7 +56,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from tickwork.domain.jobs import Job, JobState, Schedule
-from tickwork.domain.runs import AttemptRecord, Fire, Run, RunOutcome
+from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome
 from tickwork.domain.tenants import Tenant
 
 Topic = Literal["jobs", "runs"]
@@ -172,13 +173,26 @@ class ScheduleStore(Protocol):
         owner: str,
         lease_until: datetime,
         now: datetime,
-        hand_off: bool = False,
     ) -> list[Fire]:
         """Claim, advance and record each plan's occurrence (see the module docstring).
 
-        The new runs are leased to `owner` until `lease_until`, for an executor in the same
-        process; with `hand_off` they are left unowned and become leasable (`lease_runs`) at
-        their scheduled instant, for workers in other processes (the table queue).
+        The new runs are leased to `owner` until `lease_until` (attempt 1), for an executor in
+        the same process, and come back as complete fires.
+        """
+        ...
+
+    async def claim_hand_off(
+        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
+    ) -> list[Envelope]:
+        """The same claim, for workers in other processes (the table queue).
+
+        The new runs are left unowned at attempt 0, their lease ending at their scheduled
+        instant, so any worker leases them (`lease_runs`, or `lease_fenced_runs` with the
+        envelope's fence) from that instant on; the lease makes it attempt 1. `owner` is only
+        recorded on the job as its last claimer. Envelopes, not fires: the scheduler publishes
+        or counts them and never runs them, so the job's target, retry policy, secrets and alert
+        are not read (building them was a fifth of a hand-off scheduler's CPU). Wakes the
+        watchers of topic "runs", in other processes too where the backend can tell.
         """
         ...
 

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import (
     AttemptRecord,
+    Envelope,
     Fire,
     Run,
     RunOrigin,
@@ -119,9 +120,39 @@ class MemoryStore:
         owner: str,
         lease_until: datetime,
         now: datetime,
-        hand_off: bool = False,
     ) -> list[Fire]:
-        fires: list[Fire] = []
+        fires = []
+        for run, job in self._claim_runs(plans, now, attempt=1):
+            self._leases[run.id] = (owner, lease_until)
+            fires.append(self._fire(run, job, lease_until))
+        return fires
+
+    async def claim_hand_off(
+        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
+    ) -> list[Envelope]:
+        envelopes = []
+        # attempt 0: a hand-off counts from its first lease
+        for run, _job in self._claim_runs(plans, now, attempt=0):
+            self._leases[run.id] = (None, run.scheduled_for)  # free from its instant on
+            envelopes.append(
+                Envelope(
+                    run_id=run.id,
+                    job_id=run.job_id,
+                    key=run.key,
+                    scheduled_for=run.scheduled_for,
+                    fence_token=run.fence_token,
+                    attempt=run.attempt,
+                )
+            )
+        if envelopes:
+            self._watchers.notify("runs")
+        return envelopes
+
+    def _claim_runs(
+        self, plans: Sequence[ClaimPlan], now: datetime, *, attempt: int
+    ) -> list[tuple[Run, Job]]:
+        """Both claims' compare-and-set and advance; the runs inserted, with their jobs."""
+        claimed = []
         for plan in plans:
             job = self._jobs.get(plan.job_id)
             if job is None or not _claimable(job, plan):
@@ -137,21 +168,11 @@ class MemoryStore:
             if plan.scheduled_for is None:
                 continue
             run = self._insert_run(
-                job,
-                plan.scheduled_for,
-                RunOrigin.SCHEDULE,
-                fence,
-                plan.coalesced,
-                now,
-                attempt=0 if hand_off else 1,  # a hand-off counts from its first lease
+                job, plan.scheduled_for, RunOrigin.SCHEDULE, fence, plan.coalesced, now, attempt
             )
             if run is not None:
-                until = run.scheduled_for if hand_off else lease_until
-                self._leases[run.id] = (None if hand_off else owner, until)
-                fires.append(self._fire(run, job, until))
-        if hand_off and fires:
-            self._watchers.notify("runs")
-        return fires
+                claimed.append((run, job))
+        return claimed
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         job = await self.get_job(job_id)

@@ -22,7 +22,7 @@ import asyncpg
 
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
-from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
 from tickwork.store import pg_history
@@ -36,7 +36,10 @@ log = logging.getLogger("tickwork.store.postgres")
 
 CHANNEL = "tickwork"
 
-CLAIM = """
+# Both claims share the compare-and-set and advance of the jobs ($1-$8: the plans as arrays,
+# $9: owner, recorded as the job's last claimer, $10: now); they differ in the run they insert
+# and in what they return.
+_CLAIM_JOBS = """
 WITH plan AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[],
                          $6::bigint[], $7::int[], $8::text[])
@@ -55,13 +58,16 @@ claimed AS (
     FROM locked l
     WHERE j.id = l.id
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key
-),
+)"""
+# In process: the run is leased to the claimer ($11: lease_until) at attempt 1, and the fire
+# carries its job's and tenant's columns.
+CLAIM = (
+    _CLAIM_JOBS
+    + """,
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us)
-    SELECT id, key, 'schedule', fired_us, 'pending', CASE WHEN $12 THEN 0 ELSE 1 END,
-           fence_token, coalesced,
-           CASE WHEN $12 THEN NULL ELSE $9 END, CASE WHEN $12 THEN fired_us ELSE $11 END, $10
+    SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, $9, $11, $10
     FROM claimed WHERE fired_us IS NOT NULL
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
@@ -70,10 +76,26 @@ SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target
        j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
 FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
 """
+)
 # The last join reads `target` from the statement's snapshot of tw_jobs by primary key (the claim
 # does not change it). Joining `inserted` to `claimed` instead made PostgreSQL, which estimates
 # both CTEs at one row, run a nested loop of batch x batch comparisons (200 ms of 250 ms per
 # 1,000-row claim, measured by bench/).
+#
+# Hand-off: the run is left unowned at attempt 0, leasable from its own instant; the statement
+# returns only the envelope's columns, straight from the insert (no join, no job text to send
+# or decode).
+CLAIM_HAND_OFF = (
+    _CLAIM_JOBS
+    + """
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                     coalesced, lease_owner, lease_until_us, created_us)
+SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL, fired_us, $10
+FROM claimed WHERE fired_us IS NOT NULL
+ON CONFLICT (key) DO NOTHING
+RETURNING id, job_id, key, scheduled_us, fence_token, attempt
+"""
+)
 LEASE_RUNS = """
 UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
     lease_owner = $1, lease_until_us = $2
@@ -292,22 +314,31 @@ class PostgresStore(SqlReads):
         owner: str,
         lease_until: datetime,
         now: datetime,
-        hand_off: bool = False,
     ) -> list[Fire]:
         if not plans:
             return []
-        columns = _plan_columns(plans)
-        args = (*columns, owner, to_us(now), to_us(lease_until), hand_off)
+        args = (*_plan_columns(plans), owner, to_us(now), to_us(lease_until))
         try:
             found = await self.pool.fetch(CLAIM, *args)
-            if hand_off and found:  # wake the workers of other processes
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StoreError(f"PostgreSQL error during claim: {exc}") from exc
+        return [rows.fire_from_row(r, lease_until) for r in found]
+
+    async def claim_hand_off(
+        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
+    ) -> list[Envelope]:
+        if not plans:
+            return []
+        args = (*_plan_columns(plans), owner, to_us(now))
+        try:
+            found = await self.pool.fetch(CLAIM_HAND_OFF, *args)
+            if found:  # wake the workers of other processes
                 await self.pool.execute(NOTIFY, CHANNEL, "runs")
         except (OSError, asyncpg.PostgresError) as exc:
             raise StoreError(f"PostgreSQL error during claim: {exc}") from exc
-        if hand_off and found:
+        if found:
             self._watchers.notify("runs")
-        # A handed-off run is leasable by any worker from its instant on.
-        return [rows.fire_from_row(r, None if hand_off else lease_until) for r in found]
+        return [rows.envelope_from_row(r) for r in found]
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         key = occurrence_key(job_id, now, RunOrigin.MANUAL)

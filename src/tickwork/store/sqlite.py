@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
-from tickwork.domain.runs import Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
 from tickwork.store.base import Applied, ClaimPlan, HistoryMaintenance, Topic, Watchers
@@ -34,21 +34,35 @@ from tickwork.store.sql.reads import SqlReads
 
 T = TypeVar("T")
 
+# The claim's compare-and-set on one job. The in-process claim also reads what its fire needs
+# (CLAIM_JOB_FOR_FIRE); a hand-off claim reads only the new fence.
 CLAIM_JOB = """
 UPDATE tw_jobs SET fence_token = fence_token + 1, next_run_us = :new_next_us, state = :new_state,
     last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now
 WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
-RETURNING fence_token, target, retry_policy, webhook_secrets, on_failure,
+RETURNING fence_token"""
+CLAIM_JOB_FOR_FIRE = (
+    CLAIM_JOB
+    + """, target, retry_policy, webhook_secrets, on_failure,
     (SELECT webhook_secrets FROM tw_tenants WHERE tw_tenants.tenant = tw_jobs.tenant)
         AS tenant_secrets
 """
+)
+# An in-process claim leases the run to its owner (attempt 1); a hand-off leaves it unowned at
+# attempt 0, leasable from its own instant (attempt 1 is the worker's lease).
 INSERT_RUN = """
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
                      lease_owner, lease_until_us, created_us)
-VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', CASE WHEN :hand_off THEN 0 ELSE 1 END,
-        :fence, :coalesced,
-        CASE WHEN :hand_off THEN NULL ELSE :owner END,
-        CASE WHEN :hand_off THEN :fired_us ELSE :lease_until END, :now)
+VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
+        :owner, :lease_until, :now)
+ON CONFLICT (key) DO NOTHING
+RETURNING id
+"""
+INSERT_HANDED_OFF_RUN = """
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
+                     lease_owner, lease_until_us, created_us)
+VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
+        NULL, :fired_us, :now)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 """
@@ -215,20 +229,22 @@ class SqliteStore(SqlReads):
         owner: str,
         lease_until: datetime,
         now: datetime,
-        hand_off: bool = False,
     ) -> list[Fire]:
         if not plans:
             return []
-        common = {
-            "owner": owner,
-            "now": to_us(now),
-            "lease_until": to_us(lease_until),
-            "hand_off": hand_off,
-        }
-        fires = await self._write(lambda conn: _claim(conn, plans, common, lease_until))
-        if hand_off and fires:
+        common = {"owner": owner, "now": to_us(now), "lease_until": to_us(lease_until)}
+        return await self._write(lambda conn: _claim(conn, plans, common, lease_until))
+
+    async def claim_hand_off(
+        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
+    ) -> list[Envelope]:
+        if not plans:
+            return []
+        common = {"owner": owner, "now": to_us(now)}
+        envelopes = await self._write(lambda conn: _claim_hand_off(conn, plans, common))
+        if envelopes:
             self._watchers.notify("runs")
-        return fires
+        return envelopes
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         key = occurrence_key(job_id, now, RunOrigin.MANUAL)
@@ -386,39 +402,71 @@ def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> list[int]
     return applied
 
 
+def _claimed_runs(
+    conn: sqlite3.Connection,
+    plans: Sequence[ClaimPlan],
+    common: dict[str, Any],
+    claim_job: str,
+    insert_run: str,
+) -> Iterator[tuple[ClaimPlan, datetime, str, sqlite3.Row, int]]:
+    """Both claims' loop: per plan, the job's compare-and-set, then its run's insert. Yields
+    (plan, its occurrence, key, the claimed job's row, run id) for each run inserted."""
+    for plan in plans:
+        params = {**common, **_plan_params(plan)}
+        claimed = conn.execute(claim_job, params).fetchone()
+        scheduled_for = plan.scheduled_for
+        if claimed is None or scheduled_for is None:
+            continue
+        key = occurrence_key(plan.job_id, scheduled_for)
+        params.update(fence=claimed["fence_token"], key=key, coalesced=plan.coalesced)
+        inserted = conn.execute(insert_run, params).fetchone()
+        if inserted is None:
+            continue  # this occurrence already has a run: never fire it twice
+        yield plan, scheduled_for, key, claimed, inserted["id"]
+
+
 def _claim(
     conn: sqlite3.Connection,
     plans: Sequence[ClaimPlan],
     common: dict[str, Any],
     lease_until: datetime,
 ) -> list[Fire]:
-    fires: list[Fire] = []
-    for plan in plans:
-        params = {**common, **_plan_params(plan)}
-        claimed = conn.execute(CLAIM_JOB, params).fetchone()
-        if claimed is None or plan.scheduled_for is None:
-            continue
-        key = occurrence_key(plan.job_id, plan.scheduled_for)
-        params.update(fence=claimed["fence_token"], key=key, coalesced=plan.coalesced)
-        inserted = conn.execute(INSERT_RUN, params).fetchone()
-        if inserted is None:
-            continue  # this occurrence already has a run: never fire it twice
-        fires.append(
-            Fire(
-                run_id=inserted["id"],
-                job_id=plan.job_id,
-                key=key,
-                scheduled_for=plan.scheduled_for,
-                fence_token=claimed["fence_token"],
-                attempt=0 if common["hand_off"] else 1,  # a hand-off counts from its first lease
-                target=rows.target_from_json(claimed["target"], claimed["webhook_secrets"]),
-                lease_until=plan.scheduled_for if common["hand_off"] else lease_until,
-                retry=rows.retry_from_json(claimed["retry_policy"]),
-                tenant_secrets=rows.secrets_from_json(claimed["tenant_secrets"]),
-                on_failure=rows.alert_from_json(claimed["on_failure"]),
-            )
+    return [
+        Fire(
+            run_id=run_id,
+            job_id=plan.job_id,
+            key=key,
+            scheduled_for=scheduled_for,
+            fence_token=claimed["fence_token"],
+            attempt=1,
+            target=rows.target_from_json(claimed["target"], claimed["webhook_secrets"]),
+            lease_until=lease_until,
+            retry=rows.retry_from_json(claimed["retry_policy"]),
+            tenant_secrets=rows.secrets_from_json(claimed["tenant_secrets"]),
+            on_failure=rows.alert_from_json(claimed["on_failure"]),
         )
-    return fires
+        for plan, scheduled_for, key, claimed, run_id in _claimed_runs(
+            conn, plans, common, CLAIM_JOB_FOR_FIRE, INSERT_RUN
+        )
+    ]
+
+
+def _claim_hand_off(
+    conn: sqlite3.Connection, plans: Sequence[ClaimPlan], common: dict[str, Any]
+) -> list[Envelope]:
+    return [
+        Envelope(
+            run_id=run_id,
+            job_id=plan.job_id,
+            key=key,
+            scheduled_for=scheduled_for,
+            fence_token=claimed["fence_token"],
+            attempt=0,  # a hand-off counts from its first lease
+        )
+        for plan, scheduled_for, key, claimed, run_id in _claimed_runs(
+            conn, plans, common, CLAIM_JOB, INSERT_HANDED_OFF_RUN
+        )
+    ]
 
 
 def _plan_params(plan: ClaimPlan) -> dict[str, Any]:

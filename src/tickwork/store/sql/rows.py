@@ -21,7 +21,15 @@ from tickwork.domain.jobs import (
     WebhookTarget,
 )
 from tickwork.domain.retry import RetryPolicy
-from tickwork.domain.runs import AttemptRecord, Fire, Run, RunOrigin, RunOutcome, RunStatus
+from tickwork.domain.runs import (
+    AttemptRecord,
+    Envelope,
+    Fire,
+    Run,
+    RunOrigin,
+    RunOutcome,
+    RunStatus,
+)
 from tickwork.domain.tenants import Tenant
 from tickwork.store.base import DueJob
 
@@ -322,22 +330,32 @@ _cached_secrets = functools.lru_cache(maxsize=_FIRE_PART_CACHE)(secrets_from_jso
 _cached_alert = functools.lru_cache(maxsize=_FIRE_PART_CACHE)(alert_from_json)
 
 
-def fire_from_row(row: Row, lease_until: datetime | None) -> Fire:
-    """A leased run joined with its job and tenant (FIRE_COLUMNS); a run leased until None
-    is leased until its own instant (a hand-off)."""
-    scheduled_for = from_us(row["scheduled_us"])
+def fire_from_row(row: Row, lease_until: datetime) -> Fire:
+    """A leased run joined with its job and tenant (FIRE_RETURNING's columns)."""
     return Fire(
         run_id=row["id"],
         job_id=row["job_id"],
         key=row["key"],
-        scheduled_for=scheduled_for,
+        scheduled_for=from_us(row["scheduled_us"]),
         fence_token=row["fence_token"],
         attempt=row["attempt"],
         target=_cached_target(row["target"], row["webhook_secrets"]),
-        lease_until=scheduled_for if lease_until is None else lease_until,
+        lease_until=lease_until,
         retry=_cached_retry(row["retry_policy"]),
         tenant_secrets=_cached_secrets(row["tenant_secrets"]),
         on_failure=_cached_alert(row["on_failure"]),
+    )
+
+
+def envelope_from_row(row: Row) -> Envelope:
+    """A handed-off run, as a hand-off claim returns it (the run's own columns only)."""
+    return Envelope(
+        run_id=row["id"],
+        job_id=row["job_id"],
+        key=row["key"],
+        scheduled_for=from_us(row["scheduled_us"]),
+        fence_token=row["fence_token"],
+        attempt=row["attempt"],
     )
 
 
