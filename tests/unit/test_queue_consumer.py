@@ -40,11 +40,18 @@ class CountingStore(MemoryStore):
 class Submitted:
     """Stands in for the executor: records what the consumer hands it."""
 
-    def __init__(self) -> None:
+    def __init__(self, backlog_limit: int = 1_000_000) -> None:
         self.fires: list[Fire] = []
+        self.backlog_limit = backlog_limit  # nothing here ever finishes: room only shrinks
 
     def submit(self, fires: Sequence[Fire]) -> None:
         self.fires.extend(fires)
+
+    def room(self) -> int:
+        return max(self.backlog_limit - len(self.fires), 0)
+
+    async def wait_for_room(self, timeout_s: float) -> bool:
+        return self.room() > 0
 
     def holds(self, run_id: int) -> bool:
         return any(fire.run_id == run_id for fire in self.fires)
@@ -97,6 +104,18 @@ async def test_a_fetched_batch_is_leased_in_one_store_call_and_all_of_it_acked()
     assert sorted(f.run_id for f in sink.fires) == sorted(e.run_id for e in sent)
     assert all(f.fence_token == sent[0].fence_token + 1 for f in sink.fires)
     assert await queue.depth() == 0  # the stale message was acked too, not left to come back
+
+
+async def test_a_busy_executor_fetches_only_what_it_has_room_for() -> None:
+    store, queue, sink = CountingStore(), MemoryQueue(visibility_s=30), Submitted(backlog_limit=2)
+    await queue.publish(await handed_off(store, 5))
+    worker = consumer(store, queue, sink)
+
+    assert await worker.run_once(timeout_s=0) == 2
+    assert await worker.run_once(timeout_s=0) == 0  # full: nothing fetched, nothing leased
+    assert len(sink.fires) == 2
+    assert store.lease_calls == 1
+    assert await queue.depth() == 3  # left in the queue for other workers, unleased
 
 
 async def test_a_redelivered_batch_leases_nothing_and_is_acked() -> None:

@@ -54,7 +54,12 @@ class QueueConsumer:
         """Fetch one batch, lease and start what is still ours to run; returns fires started."""
         if self._uncertain:
             return await self._settle_uncertain()
-        received = await self._queue.fetch(self._batch_size, timeout_s=timeout_s)
+        # Fetch no more than the executor has room for: what it cannot run soon stays in the
+        # queue for other workers (and unleased, so no TTL to wait out if this one dies).
+        if not await self._executor.wait_for_room(timeout_s):
+            return 0
+        wanted = min(self._batch_size, self._executor.room())
+        received = await self._queue.fetch(wanted, timeout_s=timeout_s)
         if not received:
             return 0
         until = self._clock.now() + self._lease_ttl

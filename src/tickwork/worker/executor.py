@@ -60,6 +60,11 @@ class ExecutorConfig:
     # Lease runs this early (handed-off fires become leasable at their instant); the fire
     # itself still waits for its instant, so it starts on time instead of a loop tick late.
     lookahead_ms: int = 50
+    # Fires leased but not yet finished that this executor keeps at most. Beyond it, it leases
+    # no more: a worker that cannot keep up leaves the rest in the store (or the queue) for
+    # other workers, instead of holding every run of a burst under leases it must heartbeat
+    # and that would all wait out their TTL if it died.
+    backlog_limit: int = 1024
 
 
 class Executor:
@@ -86,6 +91,7 @@ class Executor:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_for = datetime.max.replace(tzinfo=UTC)
         self._runners = 0
+        self._room = asyncio.Event()  # set when a finished fire may have made room
         self._idle = asyncio.Event()  # nothing ready, waiting or running
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -99,6 +105,24 @@ class Executor:
         # How far from now the lease horizon sits: ahead by the look-ahead, behind by the
         # backstop delay (external queues deliver first; the store only backs them up).
         self._horizon = timedelta(milliseconds=config.lookahead_ms - config.backstop_delay_ms)
+
+    @property
+    def backlog(self) -> int:
+        """Fires held here that have not finished: waiting, ready or running."""
+        return len(self._ready) + len(self._waiting) + self._runners
+
+    def room(self) -> int:
+        """How many more fires this executor wants to lease now (see `backlog_limit`)."""
+        return max(self._config.backlog_limit - self.backlog, 0)
+
+    async def wait_for_room(self, timeout_s: float) -> bool:
+        """Wait until the backlog is under its limit (or `timeout_s` passed); whether it is."""
+        if self.room():
+            return True
+        self._room.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._room.wait(), timeout_s)
+        return self.room() > 0
 
     def holds(self, run_id: int) -> bool:
         """Whether a fire of this run is waiting or running here."""
@@ -167,6 +191,7 @@ class Executor:
         try:
             while self._ready:
                 await self._execute(self._ready.popleft())
+                self._room.set()
         finally:
             metrics.INFLIGHT.dec()
             self._runners -= 1
@@ -250,12 +275,18 @@ class Executor:
         started = 0
         if self._lease_uncertain:
             started += await self._take_back(now, lease_until)
+        room = min(self.room(), LEASE_BATCH)
+        if room == 0:
+            # Busy: look again next round (every flush interval) rather than waiting for a
+            # wake-up, since runs may be waiting in the store while nothing notifies.
+            self._next_lease_at = now
+            return started
         try:
             fires = await self._store.lease_runs(
                 now=now + self._horizon,
                 owner=self._config.node_id,
                 lease_until=lease_until,
-                limit=LEASE_BATCH,
+                limit=room,
             )
         except Exception:
             # The error may have come after the commit (a lost reply): the runs would then be
