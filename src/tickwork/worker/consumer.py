@@ -16,6 +16,7 @@ as usual: a dropped connection delays those fires by one round, not by a lease T
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import timedelta
 
@@ -39,7 +40,7 @@ class QueueConsumer:
         *,
         node_id: str,
         lease_ttl_ms: int,
-        batch_size: int = 256,
+        batch_size: int = 1000,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -49,19 +50,29 @@ class QueueConsumer:
         self._lease_ttl = timedelta(milliseconds=lease_ttl_ms)
         self._batch_size = batch_size
         self._uncertain: list[Received] = []  # a batch whose lease call failed (maybe committed)
+        self._in_hand = 0  # messages fetched and not yet leased and acked
 
     async def run_once(self, timeout_s: float = 1.0) -> int:
         """Fetch one batch, lease and start what is still ours to run; returns fires started."""
         if self._uncertain:
             return await self._settle_uncertain()
+        received = await self._fetch(timeout_s)
+        return await self._lease(received) if received else 0
+
+    async def _fetch(self, timeout_s: float) -> list[Received]:
         # Fetch no more than the executor has room for: what it cannot run soon stays in the
         # queue for other workers (and unleased, so no TTL to wait out if this one dies).
+        # Messages fetched and not yet handed to the executor count against that room too.
         if not await self._executor.wait_for_room(timeout_s):
-            return 0
-        wanted = min(self._batch_size, self._executor.room())
+            return []
+        wanted = min(self._batch_size, self._executor.room() - self._in_hand)
+        if wanted < 1:
+            return []
         received = await self._queue.fetch(wanted, timeout_s=timeout_s)
-        if not received:
-            return 0
+        self._in_hand += len(received)
+        return received
+
+    async def _lease(self, received: list[Received]) -> int:
         until = self._clock.now() + self._lease_ttl
         # One statement (one commit) for the whole batch; a message whose run is done or whose
         # fence moved on (a duplicate, a superseded attempt) leases nothing and is acked below.
@@ -98,6 +109,7 @@ class QueueConsumer:
         return await self._start(received, [*ours, *fires])
 
     async def _start(self, received: list[Received], fires: list[Fire]) -> int:
+        self._in_hand -= len(received)
         if fires:
             metrics.FIRES.labels(origin="queue").inc(len(fires))
             self._executor.submit(fires)
@@ -105,9 +117,35 @@ class QueueConsumer:
         return len(fires)
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.run_once()
-            except Exception:
-                log.exception("queue consumer failed", extra={"action": "consume_failed"})
-                await asyncio.sleep(1.0)  # the queue is down: back off, the backstop covers
+        """Consume until `stop`. The next batch is fetched while the current one is leased and
+        acked, so the queue's round trip and the store's overlap (one fetch in flight, as the
+        NATS backend allows; `_in_hand` keeps the two within the executor's room)."""
+        ahead: asyncio.Task[list[Received]] | None = None
+        try:
+            while not stop.is_set():
+                try:
+                    if self._uncertain:
+                        await self._settle_uncertain()
+                        continue
+                    if ahead is not None:
+                        fetching, ahead = ahead, None
+                        received = await fetching
+                    else:
+                        received = await self._fetch(1.0)
+                    if received:
+                        ahead = asyncio.create_task(self._fetch(1.0))
+                        await self._lease(received)
+                except Exception:
+                    log.exception("queue consumer failed", extra={"action": "consume_failed"})
+                    await asyncio.sleep(1.0)  # the queue is down: back off, the backstop covers
+        finally:
+            await self._give_back(ahead)
+
+    async def _give_back(self, ahead: asyncio.Task[list[Received]] | None) -> None:
+        """At shutdown, a batch fetched ahead goes back to the queue for other workers now,
+        rather than after the visibility timeout."""
+        if ahead is None:
+            return
+        with contextlib.suppress(Exception):
+            for message in await ahead:
+                await self._queue.retry_later(message, delay_s=0)

@@ -337,11 +337,12 @@ class Executor:
         failures = 0  # consecutive failed rounds: while the store is down, back off, log once
         while not stop.is_set():
             try:
-                if runs_changed.is_set() or loop.time() >= next_scan or self._retry_due():
+                lease = runs_changed.is_set() or loop.time() >= next_scan or self._retry_due()
+                if lease:
                     runs_changed.clear()
-                    await self.recover_orphans()
+                more = await self._round(lease=lease)
+                if lease:  # only once it worked: a failed round leases again after its pause
                     next_scan = loop.time() + self._config.orphan_scan_ms / 1000
-                await self.flush()
                 if loop.time() >= next_heartbeat:
                     await self.heartbeat()
                     # Three beats per lease: one lost beat never lets a live lease lapse.
@@ -363,8 +364,26 @@ class Executor:
                     extra={"action": "executor_recovered", "failed_rounds": failures},
                 )
                 failures = 0
-            await self._pause(runs_changed, stop)
+            if not more:
+                await self._pause(runs_changed, stop)
         await self.drain()
+
+    async def _round(self, *, lease: bool) -> bool:
+        """Write the outcomes gathered so far and, if `lease`, lease more, both at once: they
+        touch different runs (ours are leased ahead of `now`, a lease takes only free ones),
+        and overlapping the two round trips is what lets one worker keep up with a burst.
+        Returns whether the lease took a big batch, i.e. more is likely waiting."""
+        calls = [self.flush(), self.recover_orphans()] if lease else [self.flush()]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        counts = []
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            counts.append(result)
+        # Half a batch or more means the store had that many free: go again at once instead
+        # of pausing. Smaller leases (a worker whose backlog is full frees a few slots per
+        # round) keep the pause, so their leases and outcome writes stay batched.
+        return lease and counts[1] >= LEASE_BATCH // 2
 
     def _retry_due(self) -> bool:
         return self._next_lease_at is not None and self._clock.now() >= self._next_lease_at

@@ -1,0 +1,85 @@
+"""One end-to-end burst case on its own, for profiling and comparing commits.
+
+    uv run python -m bench.one_burst --kind webhook --queue table --jobs 20000 [--reps 3]
+
+It runs the same case as `python -m bench --only e2e` (fresh database, fresh api, scheduler and
+worker processes) and prints one line per repetition plus the CPU split, without touching
+docs/benchmarks.md or bench/results/. Use it to compare two commits back to back on the same
+machine: one repetition of a full benchmark is too noisy for a 20 % difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench import e2e
+from bench.cli import DEFAULT_PG_DSN
+from bench.env import Env
+from bench.meter import Attribution
+from bench.pgutil import Admin
+
+KINDS = ("webhook", "task")
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.one_burst", description=__doc__)
+    parser.add_argument("--kind", choices=KINDS, default="webhook")
+    parser.add_argument("--queue", choices=e2e.QUEUES, default="table")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
+    parser.add_argument("--json", action="store_true", help="print each case as JSON too")
+    return parser.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> None:
+    admin = Admin(args.pg_dsn, secrets.token_hex(3))
+    await admin.open()
+    try:
+        attribution = Attribution(
+            driver_pid=os.getpid(),
+            postmaster_pid=await admin.postmaster_pid(),
+            db_marker=admin.prefix,
+            own_backends={await admin.backend_pid()},
+        )
+        cfg = dataclasses.replace(e2e.E2EConfig(), burst_jobs=args.jobs, lead_s=8.0)
+        case = e2e.burst_case if args.kind == "webhook" else e2e.task_burst_case
+        label = "burst" if args.kind == "webhook" else "task burst"
+        for _ in range(args.reps):
+            with tempfile.TemporaryDirectory(prefix="tw-one-burst-") as tmp:
+                env = Env(run_id=admin.prefix, quick=False, tmp=Path(tmp), admin=admin,
+                          attribution=attribution)  # fmt: skip
+                result = await e2e._guarded(case(env, cfg, args.queue), args.queue)
+            print(e2e._burst_line(result, label), flush=True)
+            print(f"    cpu cores: {_cpu_line(result)}", flush=True)
+            print(f"    fires/s by tenth: {result.get('drain_deciles_per_s')}", flush=True)
+            if args.json:
+                print(json.dumps(result, default=str), flush=True)
+    finally:
+        await admin.close()
+
+
+def _cpu_line(result: dict[str, Any]) -> str:
+    cpu = result.get("cpu", {})
+    named = cpu.get("cores", {})
+    return ", ".join(f"{k} {v}" for k, v in sorted(named.items()) if isinstance(v, int | float))
+
+
+def main() -> None:
+    try:
+        asyncio.run(run(parse(sys.argv[1:])))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
