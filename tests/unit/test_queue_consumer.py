@@ -1,7 +1,8 @@
-"""QueueConsumer.run_once against the in-memory store and queue."""
+"""QueueConsumer against the in-memory store and queue."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ from tickwork.clock import ManualClock
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import Envelope, Fire
 from tickwork.errors import StoreError
+from tickwork.queue.base import Received
 from tickwork.queue.memory import MemoryQueue
 from tickwork.store.base import ClaimPlan
 from tickwork.store.memory import MemoryStore
@@ -191,3 +193,59 @@ async def test_settling_never_takes_back_a_lease_someone_else_holds() -> None:
     assert sink.fires == []
     assert await queue.depth() == 0
     assert theirs.fence_token == sent.fence_token + 1
+
+
+class CountingFetches(MemoryQueue):
+    """Signals when its second fetch starts."""
+
+    def __init__(self) -> None:
+        super().__init__(visibility_s=30)
+        self.fetches = 0
+        self.second_fetch = asyncio.Event()
+
+    async def fetch(self, max_messages: int, *, timeout_s: float) -> list[Received]:
+        self.fetches += 1
+        if self.fetches == 2:
+            self.second_fetch.set()
+        return await super().fetch(max_messages, timeout_s=timeout_s)
+
+
+class LeaseWaitsForFetch(CountingStore):
+    """The first lease waits until the queue is asked for the next batch, then stops the
+    consumer: the two meet only if the consumer fetches ahead while it leases."""
+
+    def __init__(self, queue: CountingFetches, stop: asyncio.Event) -> None:
+        super().__init__()
+        self.queue = queue
+        self.stop = stop
+
+    async def lease_fenced_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        if self.lease_calls == 0:
+            await self.queue.second_fetch.wait()
+            self.stop.set()
+        return await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until)
+
+
+async def test_the_next_batch_is_fetched_while_one_is_leased_and_given_back_at_shutdown() -> None:
+    queue, stop, sink = CountingFetches(), asyncio.Event(), Submitted()
+    store = LeaseWaitsForFetch(queue, stop)
+    await queue.publish(await handed_off(store, 4))
+    executor = cast(Executor, sink)
+    worker = QueueConsumer(
+        store, queue, executor, ManualClock(T0), node_id="w1", lease_ttl_ms=30_000, batch_size=2
+    )
+
+    # Fetched one batch at a time, the lease would wait forever for the second fetch.
+    await asyncio.wait_for(worker.run(stop), 5)
+
+    assert len(sink.fires) == 2  # the first batch: leased, handed over and acked
+    assert store.lease_calls == 1
+    # The batch fetched ahead went back to the queue at shutdown, visible again at once
+    # rather than after the 30 s visibility timeout, and still unleased in the store.
+    back = await queue.fetch(10, timeout_s=0)
+    assert sorted(m.envelope.run_id for m in back) == sorted(
+        f.run_id for f in await store.lease_runs(now=T0, owner="w2", lease_until=T0, limit=10)
+    )
+    assert len(back) == 2

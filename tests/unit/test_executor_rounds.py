@@ -1,0 +1,125 @@
+"""One executor round writes outcomes and leases at once, and a big lease starts the next round
+without the pause: how one worker keeps up with a burst."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from datetime import datetime
+
+from tickwork.clock import ManualClock
+from tickwork.domain.runs import Fire, RunOutcome
+from tickwork.store.base import Applied
+from tickwork.store.memory import MemoryStore
+from tickwork.worker.executor import LEASE_BATCH, Executor, ExecutorConfig
+from tickwork.worker.executors.webhook import Attempt
+
+from .test_executor_backlog import T0, pending_runs
+
+LONG_PAUSE_MS = 3_600_000  # a pause no test waits out: only skipping it lets the test finish
+
+
+async def succeed(fire: Fire) -> Attempt:
+    return Attempt(ok=True, http_status=200)
+
+
+class MeetingStore(MemoryStore):
+    """finish_runs waits until a lease_runs call is in progress, and that lease waits for the
+    finish: the two complete only if the executor issues them at the same time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leasing = asyncio.Event()
+        self.finishing = asyncio.Event()
+        self.met = False
+
+    async def lease_runs(
+        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+    ) -> list[Fire]:
+        if self.finishing.is_set() and not self.met:
+            self.leasing.set()
+            self.met = True
+        return await super().lease_runs(now=now, owner=owner, lease_until=lease_until, limit=limit)
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
+        if not self.met:
+            self.finishing.set()
+            await self.leasing.wait()
+        return await super().finish_runs(outcomes)
+
+
+async def test_a_round_writes_outcomes_while_it_leases() -> None:
+    store = MeetingStore()
+    await pending_runs(store, 3)
+    config = ExecutorConfig(node_id="w1", flush_interval_ms=1, orphan_scan_ms=0)
+    executor = Executor(store, ManualClock(T0), succeed, config)
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    # The first round leases the three runs; they finish, and the next flush must meet a lease.
+    # One after the other, the finish would wait for a lease that never comes.
+    await asyncio.wait_for(store.leasing.wait(), 5)
+    stop.set()
+    await asyncio.wait_for(running, 5)
+    finished = [await store.get_run(run_id) for run_id in range(1, 4)]
+    assert all(run is not None and run.status.value == "succeeded" for run in finished)
+
+
+class CountingLeases(MemoryStore):
+    """Signals once `total` runs have been leased."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__()
+        self.total = total
+        self.leased = 0
+        self.batches: list[int] = []
+        self.all_leased = asyncio.Event()
+        self.leased_once = asyncio.Event()
+
+    async def lease_runs(
+        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+    ) -> list[Fire]:
+        fires = await super().lease_runs(now=now, owner=owner, lease_until=lease_until, limit=limit)
+        self.leased += len(fires)
+        self.batches.append(len(fires))
+        self.leased_once.set()
+        if self.leased >= self.total:
+            self.all_leased.set()
+        return fires
+
+
+async def test_a_big_lease_is_followed_at_once_by_the_next() -> None:
+    total = LEASE_BATCH + LEASE_BATCH // 2
+    store = CountingLeases(total)
+    await pending_runs(store, total)
+    config = ExecutorConfig(node_id="w1", flush_interval_ms=LONG_PAUSE_MS, backlog_limit=2 * total)
+    executor = Executor(store, ManualClock(T0), succeed, config)
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    # The first round leases a full batch; the second leases the rest straight away. Had it
+    # paused after the first, nothing would move for an hour.
+    await asyncio.wait_for(store.all_leased.wait(), 5)
+    await _cancel(running)  # its pause (an hour) does not look at `stop`
+    assert store.batches[:2] == [LEASE_BATCH, LEASE_BATCH // 2]
+
+
+async def test_a_small_lease_keeps_the_pause() -> None:
+    # A few runs per round (a busy worker freeing a few slots) stay batched: after leasing
+    # them the executor pauses instead of asking the store again at once.
+    store = CountingLeases(total=10)
+    await pending_runs(store, 3)
+    config = ExecutorConfig(node_id="w1", flush_interval_ms=LONG_PAUSE_MS)
+    executor = Executor(store, ManualClock(T0), succeed, config)
+    stop = asyncio.Event()
+    running = asyncio.create_task(executor.run(stop))
+    await asyncio.wait_for(store.leased_once.wait(), 5)
+    for _ in range(100):  # many loop turns: a round without the pause would lease again
+        await asyncio.sleep(0)
+    await _cancel(running)
+    assert store.batches == [3]
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
