@@ -1,6 +1,7 @@
-"""One end-to-end burst case on its own, for profiling and comparing commits.
+"""One end-to-end case (a burst, or one sustained rate) on its own, for profiling.
 
     uv run python -m bench.one_burst --kind webhook --queue table --jobs 20000 [--reps 3]
+    uv run python -m bench.one_burst --kind sustained --queue nats --rate 2000 [--window 20]
 
 It runs the same case as `python -m bench --only e2e` (fresh database, fresh api, scheduler and
 worker processes) and prints one line per repetition plus the CPU split, without touching
@@ -27,7 +28,7 @@ from bench.env import Env
 from bench.meter import Attribution
 from bench.pgutil import Admin
 
-KINDS = ("webhook", "task")
+KINDS = ("webhook", "task", "sustained")
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -36,6 +37,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--queue", choices=e2e.QUEUES, default="table")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--rate", type=int, default=1000, help="sustained: fires/s")
+    parser.add_argument("--window", type=int, default=20, help="sustained: seconds measured")
     parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
     parser.add_argument("--json", action="store_true", help="print each case as JSON too")
     return parser.parse_args(argv)
@@ -51,21 +54,34 @@ async def run(args: argparse.Namespace) -> None:
             db_marker=admin.prefix,
             own_backends={await admin.backend_pid()},
         )
-        cfg = dataclasses.replace(e2e.E2EConfig(), burst_jobs=args.jobs, lead_s=8.0)
-        case = e2e.burst_case if args.kind == "webhook" else e2e.task_burst_case
+        cfg = dataclasses.replace(
+            e2e.E2EConfig(), burst_jobs=args.jobs, lead_s=8.0, window_s=args.window
+        )
         label = "burst" if args.kind == "webhook" else "task burst"
         for _ in range(args.reps):
             with tempfile.TemporaryDirectory(prefix="tw-one-burst-") as tmp:
                 env = Env(run_id=admin.prefix, quick=False, tmp=Path(tmp), admin=admin,
                           attribution=attribution)  # fmt: skip
-                result = await e2e._guarded(case(env, cfg, args.queue), args.queue)
-            print(e2e._burst_line(result, label), flush=True)
+                result = await e2e._guarded(_case(args, env, cfg), args.queue)
+            if args.kind == "sustained":
+                result.setdefault("rate", args.rate)
+                print(e2e._step_line(result), flush=True)
+            else:
+                print(e2e._burst_line(result, label), flush=True)
             print(f"    cpu cores: {_cpu_line(result)}", flush=True)
             print(f"    fires/s by tenth: {result.get('drain_deciles_per_s')}", flush=True)
             if args.json:
                 print(json.dumps(result, default=str), flush=True)
     finally:
         await admin.close()
+
+
+def _case(args: argparse.Namespace, env: Env, cfg: e2e.E2EConfig) -> Any:
+    if args.kind == "sustained":
+        return e2e.sustained_step(env, cfg, args.queue, args.rate)
+    if args.kind == "task":
+        return e2e.task_burst_case(env, cfg, args.queue)
+    return e2e.burst_case(env, cfg, args.queue)
 
 
 def _cpu_line(result: dict[str, Any]) -> str:

@@ -87,3 +87,32 @@ def test_sleep_until_the_earliest_due_job(
     assert sleep_seconds(next_due, now, lookahead_ms=50, max_idle_ms=1000) == pytest.approx(
         expected
     )
+
+
+MS = timedelta(milliseconds=1)
+
+
+@pytest.mark.parametrize(
+    ("next_due", "now", "expected"),
+    [
+        # The tick (scanned up to T0 + 50 ms) took 2 ms: the next job, just past its reach, is
+        # now 49 ms away. Not a leftover: wait and claim a half look-ahead's worth, not 2 ms'.
+        (T0 + 51 * MS, T0 + 2 * MS, 0.024),
+        (T0 + 51 * MS, T0 + 1 * MS, 0.025),
+        # A tick that took 40 ms: wake at once rather than less than half a look-ahead ahead.
+        (T0 + 51 * MS, T0 + 40 * MS, 0.0),
+        (T0 + 51 * MS, T0 + 30 * MS, 0.0),
+        (T0 + 60 * MS, T0 + 30 * MS, 0.005),
+        # Within the scan's reach and still due (a full batch, a conflict): claim now.
+        (T0 + 40 * MS, T0 + 2 * MS, 0.0),
+        (T0 + 50 * MS, T0 + 2 * MS, 0.0),
+        (T0 + 400 * MS, T0 + 2 * MS, 0.348),
+    ],
+)
+def test_sleep_judges_the_last_ticks_reach_by_its_scan(
+    next_due: datetime, now: datetime, expected: float
+) -> None:
+    delay = sleep_seconds(next_due, now, scanned_to=T0 + 50 * MS, lookahead_ms=50, max_idle_ms=1000)
+    assert delay == pytest.approx(expected)
+    # Never later than the look-ahead allows, nor past half a look-ahead before the instant.
+    assert now + timedelta(seconds=delay) <= max(next_due - 25 * MS, now)

@@ -59,20 +59,35 @@ def _plan(due: DueJob, *, fire: datetime, coalesced: int) -> ClaimPlan:
 
 
 def sleep_seconds(
-    next_due: datetime | None, now: datetime, *, lookahead_ms: int, max_idle_ms: int
+    next_due: datetime | None,
+    now: datetime,
+    *,
+    scanned_to: datetime | None = None,
+    lookahead_ms: int,
+    max_idle_ms: int,
 ) -> float:
     """How long the scheduler may sleep before the earliest due job needs claiming.
 
-    It wakes `lookahead_ms` before the job is due, but never sooner than half the look-ahead
-    once the job is beyond reach of this tick: under an even load (jobs due every millisecond)
-    waking for each one would mean a tick per fire; this way each tick claims half a
-    look-ahead's worth, still at least that much ahead of its instant.
+    `scanned_to` is how far the last tick's due scan reached (its `now` + look-ahead; by
+    default `now` + look-ahead). A job within it that is still due was left over (a full
+    batch, a conflict): claim again at once. Otherwise wake `lookahead_ms` before the job,
+    but no sooner than half the look-ahead: under an even load (a job due every millisecond)
+    waking for each one would mean a tick per fire, and this way each tick claims about half a
+    look-ahead's worth. The floor gives way only to wake at least half a look-ahead before
+    the job's instant, when the last tick itself took that long.
+
+    Whether a job is beyond the last tick's reach is judged against `scanned_to`, not against
+    the time now: the tick took time, so a job just past its reach is already less than a
+    look-ahead away when this runs, and treating it as left over made the scheduler tick
+    back to back (200 ticks/s of ~10 fires each at 2,000 fires/s, measured).
     """
     ceiling = max_idle_ms / 1000
     if next_due is None:
         return ceiling
-    until_due = (next_due - now).total_seconds()
     lookahead = lookahead_ms / 1000
-    if until_due <= lookahead:
-        return 0.0  # claimable now (it was not in the last batch: claim it)
-    return min(max(until_due - lookahead, lookahead / 2), ceiling)
+    reach = scanned_to if scanned_to is not None else now + timedelta(milliseconds=lookahead_ms)
+    if next_due <= reach:
+        return 0.0  # it was within the last scan and is still due: claim it now
+    until_due = (next_due - now).total_seconds()
+    floor = min(lookahead / 2, max(until_due - lookahead / 2, 0.0))
+    return min(max(until_due - lookahead, floor), ceiling)

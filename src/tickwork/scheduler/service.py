@@ -48,6 +48,7 @@ class TickResult:
     handed_off: list[Envelope] = field(default_factory=list)  # claimed for workers elsewhere
     conflicts: int = 0  # planned fires dropped because another claimer or an edit won
     full_batch: bool = False  # the scan hit the batch limit: more may be due already
+    scanned_to: datetime | None = None  # how far the due scan reached (now + look-ahead)
 
     @property
     def claimed(self) -> int:
@@ -80,12 +81,11 @@ class SchedulerService:
         now = self._clock.now() if now is None else now
         cfg = self._config
         started = time.perf_counter()
-        due = await self._store.due_jobs(
-            now + timedelta(milliseconds=cfg.lookahead_ms), cfg.batch_size
-        )
+        horizon = now + timedelta(milliseconds=cfg.lookahead_ms)
+        due = await self._store.due_jobs(horizon, cfg.batch_size)
         metrics.DUE_SCAN_SECONDS.observe(time.perf_counter() - started)
         if not due:
-            return TickResult(due=0)
+            return TickResult(due=0, scanned_to=horizon)
         plans = [plan_claim(job, now) for job in due]
         fires: list[Fire] = []
         handed_off: list[Envelope] = []
@@ -112,6 +112,7 @@ class SchedulerService:
             handed_off=handed_off,
             conflicts=planned - len(fires) - len(handed_off),
             full_batch=len(due) == cfg.batch_size,
+            scanned_to=horizon,
         )
         _record(due, plans, result)
         return result
@@ -137,6 +138,7 @@ class SchedulerService:
                 delay = sleep_seconds(
                     await self._store.next_due_at(),
                     self._clock.now(),
+                    scanned_to=result.scanned_to,
                     lookahead_ms=self._config.lookahead_ms,
                     max_idle_ms=self._config.max_idle_ms,
                 )

@@ -389,20 +389,14 @@ class Executor:
         return self._next_lease_at is not None and self._clock.now() >= self._next_lease_at
 
     async def _pause(self, runs_changed: asyncio.Event, stop: asyncio.Event) -> None:
-        await asyncio.sleep(self._config.flush_interval_ms / 1000)
+        # Outcomes wait up to a flush interval to be written together, but new runs do not:
+        # a scheduler claims as little as half a look-ahead before the instant, and a worker
+        # that slept through the notice for a flush interval could start the fire late.
+        await _first_of([runs_changed, stop], self._config.flush_interval_ms / 1000)
         if self._outcomes or runs_changed.is_set() or stop.is_set():
             return
-        waiters = [
-            asyncio.ensure_future(self._outcome_ready.wait()),
-            asyncio.ensure_future(runs_changed.wait()),
-            asyncio.ensure_future(stop.wait()),
-        ]
-        try:
-            await asyncio.wait(waiters, timeout=self._idle_s(), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            self._outcome_ready.clear()
+        await _first_of([self._outcome_ready, runs_changed, stop], self._idle_s())
+        self._outcome_ready.clear()
 
     def _idle_s(self) -> float:
         """Sleep at most until the earliest retry we released comes due (1 s otherwise)."""
@@ -417,6 +411,18 @@ class Executor:
         await self.flush()
         if self._alert_tasks:
             await asyncio.gather(*list(self._alert_tasks), return_exceptions=True)
+
+
+async def _first_of(events: Sequence[asyncio.Event], timeout_s: float) -> None:
+    """Wait until one of `events` is set, or `timeout_s` passed."""
+    if any(event.is_set() for event in events):
+        return
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _count(batch: Sequence[RunOutcome]) -> None:
