@@ -63,7 +63,7 @@ class E2EConfig:
     lead_s: float = 12.0  # T - end of creation (estimated): processes start in this time
     burst_timeout_s: float = 600.0  # stop waiting when nothing arrives for this long
     stall_s: float = 30.0
-    rates: tuple[int, ...] = (500, 1000, 2000, 3000, 4000, 5000)
+    rates: tuple[int, ...] = (500, 1000, 1500, 2000, 2500, 3000, 4000, 5000)
     warmup_s: float = 5.0
     window_s: int = 60  # the issue: p99 under 100 ms "for 60 s"
     settle_s: float = 2.0
