@@ -507,5 +507,20 @@ def analyse_step(arrivals: list[list[Any]], window: lateness.Window, rate: int) 
         "missing": missing,
         "duplicates": found["deliveries"] - found["distinct"],
         "lateness_ms": found["lateness_ms"],
+        "p99_by_tenth_ms": _p99_by_tenth(arrivals, window),
         "passed": bool(p99 < SUSTAINED_P99_MS and missing == 0),
     }
+
+
+def _p99_by_tenth(arrivals: list[list[Any]], window: lateness.Window) -> list[float]:
+    """Receiver lateness p99 in each tenth of the window, in order: whether a failing rate
+    fails all along (too much work) or late in the window (something that grows, or a stall)."""
+    span = (window.end_us - window.start_us) // 10
+    tenths = [
+        lateness.Window(window.start_us + i * span, window.start_us + (i + 1) * span)
+        for i in range(10)
+    ]
+    return [
+        lateness.receiver_summary(arrivals, tenth)["lateness_ms"].get("p99", math.nan)
+        for tenth in tenths
+    ]

@@ -69,7 +69,10 @@ async def run(args: argparse.Namespace) -> None:
             else:
                 print(e2e._burst_line(result, label), flush=True)
             print(f"    cpu cores: {_cpu_line(result)}", flush=True)
-            print(f"    fires/s by tenth: {result.get('drain_deciles_per_s')}", flush=True)
+            if args.kind == "sustained":
+                print(f"    p99 ms by tenth: {result.get('p99_by_tenth_ms')}", flush=True)
+            else:
+                print(f"    fires/s by tenth: {result.get('drain_deciles_per_s')}", flush=True)
             if args.json:
                 print(json.dumps(result, default=str), flush=True)
     finally:
