@@ -4,7 +4,6 @@ without the pause: how one worker keeps up with a burst."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -99,7 +98,8 @@ async def test_a_big_lease_is_followed_at_once_by_the_next() -> None:
     # The first round leases a full batch; the second leases the rest straight away. Had it
     # paused after the first, nothing would move for an hour.
     await asyncio.wait_for(store.all_leased.wait(), 5)
-    await _cancel(running)  # its pause (an hour) does not look at `stop`
+    stop.set()  # also ends the hour-long pause: it waits for new runs or `stop`
+    await asyncio.wait_for(running, 5)
     assert store.batches[:2] == [LEASE_BATCH, LEASE_BATCH // 2]
 
 
@@ -115,11 +115,6 @@ async def test_a_small_lease_keeps_the_pause() -> None:
     await asyncio.wait_for(store.leased_once.wait(), 5)
     for _ in range(100):  # many loop turns: a round without the pause would lease again
         await asyncio.sleep(0)
-    await _cancel(running)
+    stop.set()
+    await asyncio.wait_for(running, 5)
     assert store.batches == [3]
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
