@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
 import sys
 import tempfile
@@ -23,8 +22,7 @@ from typing import Any
 
 from bench import claim, e2e, lateness, machine, report, results
 from bench.env import Env
-from bench.meter import Attribution
-from bench.pgutil import Admin
+from bench.pgutil import Admin, attribution_of
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 DOC = machine.REPO / "docs" / "benchmarks.md"
@@ -73,7 +71,7 @@ async def run(args: argparse.Namespace) -> None:
         facts = machine.facts() | {"postgres": await admin.server_facts()}
         with tempfile.TemporaryDirectory(prefix="tw-bench-") as tmp:
             env = Env(run_id=run_id, quick=args.quick, tmp=Path(tmp), admin=admin,
-                      attribution=await _attribution(admin))  # fmt: skip
+                      attribution=await attribution_of(admin))  # fmt: skip
             meta = {"run_id": run_id, "date": date, "quick": args.quick, "facts": facts,
                     "command": COMMAND}  # fmt: skip
             if args.only in (None, "lateness"):
@@ -89,15 +87,6 @@ async def run(args: argparse.Namespace) -> None:
         await admin.close()
     doc = args.doc or (QUICK_DOC if args.quick else DOC)
     write_report(args, sections, facts, date, run_id, time.monotonic() - started, doc)
-
-
-async def _attribution(admin: Admin) -> Attribution:
-    return Attribution(
-        driver_pid=os.getpid(),
-        postmaster_pid=await admin.postmaster_pid(),
-        db_marker=admin.prefix,
-        own_backends={await admin.backend_pid()},
-    )
 
 
 def _claim_config(args: argparse.Namespace) -> claim.ClaimConfig:

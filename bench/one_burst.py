@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import secrets
 import sys
 import tempfile
@@ -25,8 +24,7 @@ from typing import Any
 from bench import e2e
 from bench.cli import DEFAULT_PG_DSN
 from bench.env import Env
-from bench.meter import Attribution
-from bench.pgutil import Admin
+from bench.pgutil import Admin, attribution_of
 
 KINDS = ("webhook", "task", "sustained")
 
@@ -48,12 +46,7 @@ async def run(args: argparse.Namespace) -> None:
     admin = Admin(args.pg_dsn, secrets.token_hex(3))
     await admin.open()
     try:
-        attribution = Attribution(
-            driver_pid=os.getpid(),
-            postmaster_pid=await admin.postmaster_pid(),
-            db_marker=admin.prefix,
-            own_backends={await admin.backend_pid()},
-        )
+        attribution = await attribution_of(admin)
         cfg = dataclasses.replace(
             e2e.E2EConfig(), burst_jobs=args.jobs, lead_s=8.0, window_s=args.window
         )

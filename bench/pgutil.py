@@ -7,11 +7,14 @@ The server itself is never stopped or reconfigured; every database the bench cre
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+
+from bench.meter import Attribution
 
 SETTINGS = (
     "shared_buffers", "work_mem", "synchronous_commit", "fsync", "max_wal_size",
@@ -118,3 +121,14 @@ def _parent_pid(pid: int) -> int | None:
 
 def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before.get(k, 0) for k in after}
+
+
+async def attribution_of(admin: Admin) -> Attribution:
+    """Which processes are the bench's own: this driver, the server's postmaster, the admin
+    connection's backend and the backends of databases named with the admin's prefix."""
+    return Attribution(
+        driver_pid=os.getpid(),
+        postmaster_pid=await admin.postmaster_pid(),
+        db_marker=admin.prefix,
+        own_backends={await admin.backend_pid()},
+    )

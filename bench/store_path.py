@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
 import statistics
 import sys
@@ -26,7 +25,7 @@ from typing import Any, TypeVar
 from bench import claim_seed
 from bench.cli import DEFAULT_PG_DSN
 from bench.meter import Attribution, CpuMeter
-from bench.pgutil import Admin
+from bench.pgutil import Admin, attribution_of
 from tickwork.clock import SystemClock, from_us
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
@@ -145,12 +144,7 @@ async def run(args: argparse.Namespace) -> None:
     admin = Admin(args.pg_dsn, secrets.token_hex(3))
     await admin.open()
     try:
-        attribution = Attribution(
-            driver_pid=os.getpid(),
-            postmaster_pid=await admin.postmaster_pid(),
-            db_marker=admin.prefix,
-            own_backends={await admin.backend_pid()},
-        )
+        attribution = await attribution_of(admin)
         reps = []
         for _ in range(args.reps):
             rep = await one_rep(admin, attribution, args.jobs)

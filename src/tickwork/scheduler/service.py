@@ -19,6 +19,7 @@ from tickwork.clock import Clock
 from tickwork.domain.runs import Envelope, Fire
 from tickwork.scheduler.planning import plan_claim, sleep_seconds
 from tickwork.store.base import ClaimPlan, DueJob, ScheduleStore
+from tickwork.waiting import first_of
 
 log = logging.getLogger("tickwork.scheduler")
 
@@ -158,11 +159,5 @@ def _record(due: Sequence[DueJob], plans: Sequence[ClaimPlan], result: TickResul
 
 async def _wait_any(changed: asyncio.Event, stop: asyncio.Event, timeout_s: float) -> None:
     """Sleep up to `timeout_s`, waking early on a store change or on stop."""
-    if timeout_s > 0 and not changed.is_set() and not stop.is_set():
-        waiters = [asyncio.ensure_future(changed.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+    await first_of([changed, stop], timeout_s)
     changed.clear()

@@ -36,6 +36,7 @@ from tickwork.clock import Clock
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.store.base import ScheduleStore
 from tickwork.timing.outage import outage_pause_s
+from tickwork.waiting import first_of
 from tickwork.worker.executors.webhook import Attempt
 from tickwork.worker.outcomes import outcome_for
 
@@ -392,10 +393,10 @@ class Executor:
         # Outcomes wait up to a flush interval to be written together, but new runs do not:
         # a scheduler claims as little as half a look-ahead before the instant, and a worker
         # that slept through the notice for a flush interval could start the fire late.
-        await _first_of([runs_changed, stop], self._config.flush_interval_ms / 1000)
+        await first_of([runs_changed, stop], self._config.flush_interval_ms / 1000)
         if self._outcomes or runs_changed.is_set() or stop.is_set():
             return
-        await _first_of([self._outcome_ready, runs_changed, stop], self._idle_s())
+        await first_of([self._outcome_ready, runs_changed, stop], self._idle_s())
         self._outcome_ready.clear()
 
     def _idle_s(self) -> float:
@@ -411,18 +412,6 @@ class Executor:
         await self.flush()
         if self._alert_tasks:
             await asyncio.gather(*list(self._alert_tasks), return_exceptions=True)
-
-
-async def _first_of(events: Sequence[asyncio.Event], timeout_s: float) -> None:
-    """Wait until one of `events` is set, or `timeout_s` passed."""
-    if any(event.is_set() for event in events):
-        return
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 def _count(batch: Sequence[RunOutcome]) -> None:
