@@ -82,10 +82,10 @@ class TimedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def due_jobs(self, until: datetime, limit: int) -> Any:
+    async def due_jobs(self, until: datetime, limit: int, **kwargs: Any) -> Any:
         started = time.perf_counter()
         try:
-            return await self._inner.due_jobs(until, limit)
+            return await self._inner.due_jobs(until, limit, **kwargs)
         finally:
             self.due_s += time.perf_counter() - started
 

@@ -185,6 +185,14 @@ async def test_due_jobs_returns_only_schedulable_due_jobs_earliest_first(
     assert await store.next_due_at() == T0
 
 
+async def test_next_due_at_starts_at_its_lower_bound(store: ScheduleStore) -> None:
+    await store.create_job(make_job(1, next_run_at=T0))
+    await store.create_job(make_job(2, next_run_at=T0 + 5 * SEC))
+    assert await store.next_due_at(not_before=T0) == T0  # the bound itself is included
+    assert await store.next_due_at(not_before=T0 + SEC) == T0 + 5 * SEC
+    assert await store.next_due_at(not_before=T0 + 6 * SEC) is None
+
+
 async def test_next_due_at_is_none_without_scheduled_jobs(store: ScheduleStore) -> None:
     assert await store.next_due_at() is None
     await store.create_job(make_job(1, state=JobState.PAUSED))

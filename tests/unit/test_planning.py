@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tickwork.domain.jobs import AtTrigger, CronTrigger, EveryTrigger, MisfirePolicy, Schedule
-from tickwork.scheduler.planning import plan_claim, sleep_seconds
+from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
 from tickwork.store.base import DueJob
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -116,3 +116,26 @@ def test_sleep_judges_the_last_ticks_reach_by_its_scan(
     assert delay == pytest.approx(expected)
     # Never later than the look-ahead allows, nor past half a look-ahead before the instant.
     assert now + timedelta(seconds=delay) <= max(next_due - 25 * MS, now)
+
+
+# -- settled_bound: where the next-due query may start after a tick ---------------------------
+
+
+def test_a_clean_tick_settles_everything_up_to_its_scan() -> None:
+    plans = [plan_claim(due(every_second()), T0)]  # next occurrence: T0 + 1 s
+    assert settled_bound(plans, T0 + 50 * MS, conflicts=0) == T0 + 50 * MS
+    assert settled_bound([], T0 + 50 * MS, conflicts=0) == T0 + 50 * MS
+
+
+def test_a_next_occurrence_inside_the_scan_lowers_the_bound() -> None:
+    fast = Schedule(trigger=EveryTrigger(interval_ms=10, anchor=T0))
+    plans = [plan_claim(due(every_second()), T0), plan_claim(due(fast), T0)]
+    assert settled_bound(plans, T0 + 50 * MS, conflicts=0) == T0 + 10 * MS
+
+
+def test_a_conflict_or_a_skipped_occurrence_voids_the_bound() -> None:
+    clean = [plan_claim(due(every_second()), T0)]
+    assert settled_bound(clean, T0 + 50 * MS, conflicts=1) is None
+    skipped = plan_claim(due(every_second(MisfirePolicy.SKIP), T0 - timedelta(hours=1)), T0)
+    assert skipped.scheduled_for is None
+    assert settled_bound([*clean, skipped], T0 + 50 * MS, conflicts=0) is None

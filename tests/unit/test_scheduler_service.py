@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import REGISTRY
 
-from tickwork.clock import ManualClock
+from tickwork.clock import ManualClock, SystemClock
 from tickwork.domain.jobs import AtTrigger, EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import Envelope, Fire, RunStatus, occurrence_key
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
-from tickwork.store.base import DueJob
+from tickwork.store.base import DueJob, Topic
 from tickwork.store.memory import MemoryStore
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -60,6 +62,7 @@ async def test_run_once_claims_only_what_is_due_and_dispatches_it() -> None:
     assert [f.job_id for f in result.fires] == [f"{1:032x}"]
     assert sink.fires == result.fires
     assert (result.handed_off, result.claimed) == ([], 1)
+    assert result.settled_below == result.scanned_to == T0 + 50 * MS
     assert (result.fires[0].attempt, result.fires[0].lease_until) == (1, T0 + 60 * S + 50 * MS)
     assert (await store.get_job(f"{1:032x}")).next_run_at == T0 + S
     assert (await store.get_job(f"{2:032x}")).next_run_at == T0 + 10 * S
@@ -180,8 +183,12 @@ class StaleScan(MemoryStore):
 
     stale: list[DueJob] | None = None
 
-    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
-        return self.stale if self.stale is not None else await super().due_jobs(until, limit)
+    async def due_jobs(
+        self, until: datetime, limit: int, *, not_before: datetime | None = None
+    ) -> list[DueJob]:
+        if self.stale is not None:
+            return self.stale
+        return await super().due_jobs(until, limit, not_before=not_before)
 
 
 async def test_a_hand_off_another_scheduler_won_counts_as_a_conflict() -> None:
@@ -195,4 +202,88 @@ async def test_a_hand_off_another_scheduler_won_counts_as_a_conflict() -> None:
     assert (await winner.run_once(T0)).claimed == 3
     lost = await loser.run_once(T0)
     assert (lost.due, lost.claimed, lost.conflicts, lost.handed_off) == (3, 0, 3, [])
+    assert lost.settled_below is None  # the next-due query must not skip what it left behind
     assert len(published.envelopes) == 3  # the loser published nothing
+
+
+class WatchedSink(Collector):
+    """Lets a test await a condition on the fires dispatched so far."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._arrived = asyncio.Condition()
+
+    def __call__(self, fires: Sequence[Fire]) -> None:
+        super().__call__(fires)
+        asyncio.get_running_loop().create_task(self._announce())
+
+    async def _announce(self) -> None:
+        async with self._arrived:
+            self._arrived.notify_all()
+
+    async def until(self, condition: Callable[[list[Fire]], bool], timeout_s: float) -> None:
+        async def wait() -> None:
+            async with self._arrived:
+                await self._arrived.wait_for(lambda: condition(self.fires))
+
+        await asyncio.wait_for(wait(), timeout_s)
+
+
+@contextlib.asynccontextmanager
+async def looping(service: SchedulerService) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    running = asyncio.create_task(service.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
+
+
+def every_10ms(start: datetime) -> Schedule:
+    return Schedule(trigger=EveryTrigger(interval_ms=10, anchor=start))
+
+
+async def test_a_next_occurrence_within_the_last_scan_is_not_slept_past() -> None:
+    """A 10 ms job claimed 50 ms ahead is due again inside the scan it was claimed in: the
+    loop's next-due query must still see it, or the scheduler would sleep its idle minute."""
+    store = MemoryStore()
+    start = SystemClock().now()
+    await store.create_job(job(1, every_10ms(start), start))
+    sink = WatchedSink()
+    config = SchedulerConfig(node_id="n1", lookahead_ms=50, max_idle_ms=60_000)
+    service = SchedulerService(store, SystemClock(), config, dispatch=sink)
+    async with looping(service):
+        await sink.until(lambda fires: len(fires) >= 10, timeout_s=10)
+    instants = [f.scheduled_for for f in sink.fires[:10]]
+    assert instants == [start + k * 10 * MS for k in range(10)]
+
+
+class DeafStore(MemoryStore):
+    """Its writes wake nobody, like a PostgreSQL store whose LISTEN connection is down."""
+
+    def watch(self, topic: Topic) -> asyncio.Event:
+        return asyncio.Event()
+
+
+@pytest.mark.parametrize(
+    ("deaf", "max_idle_ms"),
+    [
+        (False, 60_000),  # the write wakes the loop, which then scans from the bottom
+        (True, 200),  # nobody is told; the periodic scan from the bottom finds it
+    ],
+)
+async def test_a_job_written_below_the_scan_floor_still_fires(deaf: bool, max_idle_ms: int) -> None:
+    """A 10 ms job keeps the loop ticking with a raised floor; a job then written with an
+    instant below that floor must fire anyway."""
+    store = DeafStore() if deaf else MemoryStore()
+    start = SystemClock().now()
+    await store.create_job(job(1, every_10ms(start), start))
+    sink = WatchedSink()
+    config = SchedulerConfig(node_id="n1", lookahead_ms=50, max_idle_ms=max_idle_ms)
+    service = SchedulerService(store, SystemClock(), config, dispatch=sink)
+    late = start - 10 * S  # below any floor the ticks can have set
+    async with looping(service):
+        await sink.until(lambda fires: len(fires) >= 5, timeout_s=10)
+        await store.create_job(job(2, Schedule(trigger=AtTrigger(at=late)), late))
+        await sink.until(lambda fires: any(f.job_id == f"{2:032x}" for f in fires), 10)

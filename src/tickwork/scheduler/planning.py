@@ -6,6 +6,7 @@ misfire rule is a table test (tests/unit/test_planning.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from tickwork.domain.jobs import MisfirePolicy
@@ -56,6 +57,24 @@ def _plan(due: DueJob, *, fire: datetime, coalesced: int) -> ClaimPlan:
         coalesced=coalesced,
         new_next_run_at=next_occurrence(due.schedule, fire),
     )
+
+
+def settled_bound(
+    plans: Sequence[ClaimPlan], reach: datetime, *, conflicts: int
+) -> datetime | None:
+    """The instant before which a tick left no scheduled job unclaimed, or None.
+
+    `reach` is how far the tick's scan saw every due job: its horizon, or for a scan cut
+    off by its batch limit, the instant of the last job it returned. If every job it
+    returned was claimed, what is still scheduled before `reach` is only a claimed job whose
+    next occurrence is already that close (a short interval) or a job written after the
+    scan (which wakes the scheduler). So the next scan and next-due query may start at the
+    earlier of `reach` and those next occurrences, and skip the claimed versions below it.
+    A conflict leaves a due job behind, and a skipped occurrence is not counted as one, so
+    either voids the bound."""
+    if conflicts or any(plan.scheduled_for is None for plan in plans):
+        return None
+    return min([reach, *(p.new_next_run_at for p in plans if p.new_next_run_at is not None)])
 
 
 def sleep_seconds(

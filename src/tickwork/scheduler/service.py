@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from tickwork import metrics
 from tickwork.clock import Clock
 from tickwork.domain.runs import Envelope, Fire
-from tickwork.scheduler.planning import plan_claim, sleep_seconds
+from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
 from tickwork.store.base import ClaimPlan, DueJob, ScheduleStore
 from tickwork.waiting import first_of
 
@@ -50,6 +50,9 @@ class TickResult:
     conflicts: int = 0  # planned fires dropped because another claimer or an edit won
     full_batch: bool = False  # the scan hit the batch limit: more may be due already
     scanned_to: datetime | None = None  # how far the due scan reached (now + look-ahead)
+    # Every scheduled job before this instant was settled by this tick (see `settled_bound`);
+    # None when the tick cannot vouch for any instant (a conflict, a skipped occurrence).
+    settled_below: datetime | None = None
 
     @property
     def claimed(self) -> int:
@@ -76,17 +79,20 @@ class SchedulerService:
         self._config = config
         self._dispatch = dispatch
 
-    async def run_once(self, now: datetime | None = None) -> TickResult:
+    async def run_once(
+        self, now: datetime | None = None, *, not_before: datetime | None = None
+    ) -> TickResult:
         """Claim every job due by `now` (+ lookahead), up to one batch, and dispatch its fires
-        (or hand them off, publishing their envelopes)."""
+        (or hand them off, publishing their envelopes). `not_before` skips jobs due earlier:
+        pass only what an earlier tick's `settled_below` vouched for."""
         now = self._clock.now() if now is None else now
         cfg = self._config
         started = time.perf_counter()
         horizon = now + timedelta(milliseconds=cfg.lookahead_ms)
-        due = await self._store.due_jobs(horizon, cfg.batch_size)
+        due = await self._store.due_jobs(horizon, cfg.batch_size, not_before=not_before)
         metrics.DUE_SCAN_SECONDS.observe(time.perf_counter() - started)
         if not due:
-            return TickResult(due=0, scanned_to=horizon)
+            return TickResult(due=0, scanned_to=horizon, settled_below=horizon)
         plans = [plan_claim(job, now) for job in due]
         fires: list[Fire] = []
         handed_off: list[Envelope] = []
@@ -107,13 +113,18 @@ class SchedulerService:
             if handed_off and self._publish is not None:
                 await self._publish_safely(handed_off)
         planned = sum(p.scheduled_for is not None for p in plans)
+        conflicts = planned - len(fires) - len(handed_off)
+        full = len(due) == cfg.batch_size
+        # A full scan reached only as far as its last job; more may be due at that instant.
+        reach = due[-1].next_run_at if full else horizon
         result = TickResult(
             due=len(due),
             fires=fires,
             handed_off=handed_off,
-            conflicts=planned - len(fires) - len(handed_off),
-            full_batch=len(due) == cfg.batch_size,
+            conflicts=conflicts,
+            full_batch=full,
             scanned_to=horizon,
+            settled_below=settled_bound(plans, reach, conflicts=conflicts),
         )
         _record(due, plans, result)
         return result
@@ -129,15 +140,29 @@ class SchedulerService:
             )
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Tick until `stop` is set. Store errors are logged and retried after a pause."""
+        """Tick until `stop` is set. Store errors are logged and retried after a pause.
+
+        Each tick's scan starts where the ticks before it left nothing unclaimed (`floor`),
+        so it does not walk the claimed jobs' dead versions (ADR 0008). Below the floor a
+        job can only appear by a write, and writes wake this loop: a wake-up by a change, a
+        conflict or an error drops the floor, and so does the clock every `max_idle_ms` in
+        case a change went unnoticed (a write made by hand, a notice lost with its
+        connection)."""
         changed = self._store.watch("jobs")
+        floor: datetime | None = None
+        unbounded_by = 0.0  # monotonic time of the next scan that must start at the bottom
         while not stop.is_set():
+            if changed.is_set() or time.monotonic() >= unbounded_by:
+                floor = None
+            if floor is None:
+                unbounded_by = time.monotonic() + self._config.max_idle_ms / 1000
             try:
-                result = await self.run_once()
+                result = await self.run_once(not_before=floor)
+                floor = result.settled_below
                 if result.full_batch:
                     continue  # more are due right now
                 delay = sleep_seconds(
-                    await self._store.next_due_at(),
+                    await self._store.next_due_at(not_before=floor),
                     self._clock.now(),
                     scanned_to=result.scanned_to,
                     lookahead_ms=self._config.lookahead_ms,
@@ -145,8 +170,9 @@ class SchedulerService:
                 )
             except Exception:
                 log.exception("scheduler tick failed", extra={"action": "tick_failed"})
-                delay = self._config.max_idle_ms / 1000
-            await _wait_any(changed, stop, delay)
+                floor, delay = None, self._config.max_idle_ms / 1000
+            if await _wait_any(changed, stop, delay):
+                floor = None
 
 
 def _record(due: Sequence[DueJob], plans: Sequence[ClaimPlan], result: TickResult) -> None:
@@ -157,7 +183,10 @@ def _record(due: Sequence[DueJob], plans: Sequence[ClaimPlan], result: TickResul
             metrics.MISSED.labels(policy=job.schedule.misfire.value).inc(plan.coalesced)
 
 
-async def _wait_any(changed: asyncio.Event, stop: asyncio.Event, timeout_s: float) -> None:
-    """Sleep up to `timeout_s`, waking early on a store change or on stop."""
+async def _wait_any(changed: asyncio.Event, stop: asyncio.Event, timeout_s: float) -> bool:
+    """Sleep up to `timeout_s`, waking early on a store change or on stop; whether jobs
+    changed (during the sleep or the tick before it)."""
     await first_of([changed, stop], timeout_s)
+    was_changed = changed.is_set()
     changed.clear()
+    return was_changed

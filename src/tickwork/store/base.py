@@ -158,12 +158,19 @@ class ScheduleStore(Protocol):
         ...
 
     # -- fire path --------------------------------------------------------------------------
-    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
-        """Scheduled jobs with next_run_at <= until, earliest first."""
+    async def due_jobs(
+        self, until: datetime, limit: int, *, not_before: datetime | None = None
+    ) -> list[DueJob]:
+        """Scheduled jobs with next_run_at <= until (and >= not_before), earliest first.
+
+        The lower bound is how the scheduler skips what its earlier ticks settled: on
+        PostgreSQL every claim leaves a dead version of the job at its old next_run_at until
+        vacuum, and an unbounded scan walks them all, from the oldest (ADR 0008)."""
         ...
 
-    async def next_due_at(self) -> datetime | None:
-        """The earliest next_run_at of any scheduled job."""
+    async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
+        """The earliest next_run_at of any scheduled job (of those at or after `not_before`,
+        for the same reason as in `due_jobs`)."""
         ...
 
     async def claim(

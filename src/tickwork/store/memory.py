@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import (
@@ -96,8 +96,11 @@ class MemoryStore:
         self._watchers.notify("jobs")
 
     # -- fire path --------------------------------------------------------------------------
-    async def due_jobs(self, until: datetime, limit: int) -> list[DueJob]:
-        due = [j for j in self._jobs.values() if _schedulable(j) and j.next_run_at <= until]  # type: ignore[operator]
+    async def due_jobs(
+        self, until: datetime, limit: int, *, not_before: datetime | None = None
+    ) -> list[DueJob]:
+        low = datetime.min.replace(tzinfo=UTC) if not_before is None else not_before
+        due = [j for j in self._jobs.values() if _schedulable(j) and low <= j.next_run_at <= until]  # type: ignore[operator]
         due.sort(key=lambda j: j.next_run_at)  # type: ignore[arg-type, return-value]
         return [
             DueJob(
@@ -109,8 +112,12 @@ class MemoryStore:
             for j in due[:limit]
         ]
 
-    async def next_due_at(self) -> datetime | None:
-        times = [j.next_run_at for j in self._jobs.values() if _schedulable(j)]
+    async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
+        times = [
+            j.next_run_at
+            for j in self._jobs.values()
+            if _schedulable(j) and (not_before is None or j.next_run_at >= not_before)  # type: ignore[operator]
+        ]
         return min(times) if times else None  # type: ignore[type-var]
 
     async def claim(

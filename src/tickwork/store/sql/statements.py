@@ -49,10 +49,13 @@ ORDER BY id LIMIT :limit
 """
 DUE_JOBS = f"""
 SELECT id, fence_token, next_run_us, {SCHEDULE_COLUMNS} FROM tw_jobs
-WHERE state = 'scheduled' AND next_run_us <= :until
+WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_before
 ORDER BY next_run_us LIMIT :limit
 """
-NEXT_DUE = "SELECT min(next_run_us) AS next_us FROM tw_jobs WHERE state = 'scheduled'"
+NEXT_DUE = """
+SELECT min(next_run_us) AS next_us FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us >= :not_before
+"""
 INSERT_MANUAL_RUN = """
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
                      lease_owner, lease_until_us, created_us)
