@@ -99,8 +99,11 @@ class MemoryStore:
     async def due_jobs(
         self, until: datetime, limit: int, *, not_before: datetime | None = None
     ) -> list[DueJob]:
-        low = datetime.min.replace(tzinfo=UTC) if not_before is None else not_before
-        due = [j for j in self._jobs.values() if _schedulable(j) and low <= j.next_run_at <= until]  # type: ignore[operator]
+        due = [
+            j
+            for j in self._due_from(not_before)
+            if j.next_run_at <= until  # type: ignore[operator]
+        ]
         due.sort(key=lambda j: j.next_run_at)  # type: ignore[arg-type, return-value]
         return [
             DueJob(
@@ -113,12 +116,13 @@ class MemoryStore:
         ]
 
     async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
-        times = [
-            j.next_run_at
-            for j in self._jobs.values()
-            if _schedulable(j) and (not_before is None or j.next_run_at >= not_before)  # type: ignore[operator]
-        ]
+        times = [j.next_run_at for j in self._due_from(not_before)]
         return min(times) if times else None  # type: ignore[type-var]
+
+    def _due_from(self, not_before: datetime | None) -> list[Job]:
+        """Schedulable jobs whose next run is at or after `not_before` (all, if None)."""
+        low = datetime.min.replace(tzinfo=UTC) if not_before is None else not_before
+        return [j for j in self._jobs.values() if _schedulable(j) and j.next_run_at >= low]  # type: ignore[operator]
 
     async def claim(
         self,

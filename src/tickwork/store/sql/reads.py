@@ -17,6 +17,10 @@ from tickwork.store.sql import statements as sql
 EARLIEST_US = -(2**63)  # no lower bound: every next_run_us is at or after it
 
 
+def _floor_us(not_before: datetime | None) -> int:
+    return EARLIEST_US if not_before is None else to_us(not_before)
+
+
 class SqlReads:
     async def _query(self, statement: str, params: dict[str, Any]) -> Sequence[rows.Row]:
         """Run one read-only statement with :named parameters."""
@@ -44,14 +48,12 @@ class SqlReads:
     async def due_jobs(
         self, until: datetime, limit: int, *, not_before: datetime | None = None
     ) -> list[DueJob]:
-        bound = EARLIEST_US if not_before is None else to_us(not_before)
-        params = {"until": to_us(until), "limit": limit, "not_before": bound}
+        params = {"until": to_us(until), "limit": limit, "not_before": _floor_us(not_before)}
         found = await self._query(sql.DUE_JOBS, params)
         return [rows.due_from_row(r) for r in found]
 
     async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
-        bound = EARLIEST_US if not_before is None else to_us(not_before)
-        found = await self._query(sql.NEXT_DUE, {"not_before": bound})
+        found = await self._query(sql.NEXT_DUE, {"not_before": _floor_us(not_before)})
         return rows.dt_or_none(found[0]["next_us"])
 
     async def list_runs(
