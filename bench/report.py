@@ -168,7 +168,7 @@ def _lateness(section: dict[str, Any]) -> list[str]:
         f"Measured {section['date']}. A real `python -m tickwork up --db URL` process (default "
         "settings, `TICKWORK_LOG_LEVEL=warning`, `TICKWORK_WEBHOOK_ALLOW=127.0.0.1/32` for the "
         "local receiver), a fresh store per case, and a no-op webhook "
-        "receiver in its own process (aiohttp, answers 200 at once). "
+        "receiver in its own process (a bare asyncio protocol on httptools, answers 200 at once). "
         f"{num(cfg['jobs'])} jobs are created over HTTP (`POST /v1/jobs`, schedule "
         '`{"every": "PT1S", "anchor": ...}`, webhook target). **spread**: the anchors are '
         "1 ms apart, so 1,000 fires/s arrive evenly; **aligned**: all anchors on the same "

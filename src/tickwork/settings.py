@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     node_id: str | None = Field(None, description="scheduler/executor identity; default host:pid")
     # scheduler
     claim_batch: int = Field(1000, ge=1, le=10_000)
-    lookahead_ms: int = Field(50, ge=0, le=1000, description="claim this early; fire on time")
+    lookahead_ms: int = Field(200, ge=0, le=1000, description="claim this early; fire on time")
     max_idle_ms: int = Field(1000, ge=10, description="longest sleep without a wake-up")
     lease_ttl_ms: int = Field(60_000, ge=1000)
     # executor

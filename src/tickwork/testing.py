@@ -21,6 +21,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -414,6 +415,16 @@ class _ThrowawayServer(_Disposable):
                 process.kill()
                 process.wait(timeout=15)
         self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open and nothing answers (a hung server, a GC pause)."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
 
     def _kill(self) -> None:
         self.stop(kill=True)

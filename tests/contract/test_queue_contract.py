@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+import nats
 import pytest
 
 from tests.contract.queue_fixtures import (  # noqa: F401  (fixtures are found by name)
@@ -27,6 +28,7 @@ from tests.contract.queue_fixtures import (  # noqa: F401  (fixtures are found b
 )
 from tickwork.errors import InvalidInput
 from tickwork.queue.base import Envelope, Queue, Received
+from tickwork.queue.errors import QueueError, QueueUnavailable
 from tickwork.queue.factory import queue_for_url
 from tickwork.queue.memory import MemoryQueue
 from tickwork.queue.nats import NatsQueue
@@ -352,6 +354,63 @@ async def test_nats_open_updates_the_consumer_to_the_new_visibility(
     finally:
         await old.close()
         await new.close()
+
+
+async def test_nats_publish_fails_loudly_when_no_stream_or_another_stream_stores_it(
+    throwaway_nats: ThrowawayNats,
+) -> None:
+    names = unique_names("nats")
+    queue = NatsQueue(throwaway_nats.url, visibility_s=VISIBILITY_S, publish_timeout_s=5, **names)
+    await queue.open()
+    admin = await nats.connect(throwaway_nats.url)
+    jsm = admin.jetstream()
+    try:
+        await queue.publish([envelope(1), envelope(2)])  # stored: no error
+        await jsm.delete_stream(names["stream"])
+        started = time.monotonic()
+        with pytest.raises(QueueUnavailable, match="2 of 2 not stored"):
+            await queue.publish([envelope(3), envelope(4)])
+        assert time.monotonic() - started < 4, "the server said no at once: no timeout wait"
+
+        # A catch-all stream created by someone else now stores tickwork's subject.
+        other = f"OTHER_{names['stream']}"
+        await jsm.add_stream(name=other, subjects=[names["subject"].rsplit(".", 1)[0] + ".>"])
+        with pytest.raises(QueueError, match=f"stored by stream {other!r}"):
+            await queue.publish([envelope(5)])
+        await jsm.delete_stream(other)
+    finally:
+        await admin.close()
+        await queue.close()
+
+
+async def test_nats_publish_gives_up_after_its_timeout_when_pub_acks_never_come(
+    restartable_nats: ThrowawayNats,
+) -> None:
+    names = unique_names("nats")
+    queue = NatsQueue(
+        restartable_nats.url, visibility_s=VISIBILITY_S, publish_timeout_s=1,
+        reconnect_time_wait_s=0.1, **names,
+    )  # fmt: skip
+    await queue.open()
+    try:
+        restartable_nats.pause()  # SIGSTOP: the connection stays up, nothing answers
+        started = time.monotonic()
+        with pytest.raises(QueueUnavailable, match="publish"):
+            await queue.publish([envelope(1)])
+        assert 0.9 < time.monotonic() - started < 3
+    finally:
+        restartable_nats.resume()
+        await queue.close()
+    # The message itself was stored once the server resumed; a fresh publish of it is a
+    # duplicate the server drops, and the same instance publishes normally again.
+    again = NatsQueue(restartable_nats.url, visibility_s=VISIBILITY_S, **names)
+    await again.open()
+    try:
+        await again.publish([envelope(1), envelope(2)])
+        got = await fetch_until(again, 2)
+        assert ids(got) == msg_ids([envelope(1), envelope(2)])
+    finally:
+        await again.close()
 
 
 # -- restarts (a private server per test: these kill it) ----------------------------------------

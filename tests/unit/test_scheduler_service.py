@@ -57,7 +57,7 @@ async def test_run_once_claims_only_what_is_due_and_dispatches_it() -> None:
     every = Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0))
     await store.create_job(job(1, every, T0))
     await store.create_job(job(2, every, T0 + 10 * S))
-    service, sink = await scheduler(store)
+    service, sink = await scheduler(store, lookahead_ms=50)
     result = await service.run_once(T0)
     assert [f.job_id for f in result.fires] == [f"{1:032x}"]
     assert sink.fires == result.fires

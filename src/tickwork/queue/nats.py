@@ -10,9 +10,11 @@ Layout on the server (created or brought up to date by `open`, idempotently):
 
 How the contract maps onto JetStream:
 
-    publish       js publish, concurrently, header Nats-Msg-Id = envelope.msg_id: the server
-                  drops a repeat within the duplicate window (a scheduler re-publishing after
-                  a crash). Every PubAck is checked.
+    publish       a core publish per message, header Nats-Msg-Id = envelope.msg_id (the
+                  server drops a repeat within the duplicate window: a scheduler re-publishing
+                  after a crash), all sent before any PubAck is awaited. The PubAcks come back
+                  on this instance's own inbox and are counted per batch; every one is checked
+                  (not stored, or stored by another stream: the publish fails).
     fetch         one pull request (no_wait + expires, see `_pull`): waits up to timeout_s
                   for the first message, returns what is there. deliveries = num_delivered.
     extend        +WPI (in_progress): restarts AckWait.
@@ -58,7 +60,6 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     Header,
-    PubAck,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -125,8 +126,10 @@ class NatsQueue:
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
         self._sub: Subscription | None = None
-        self._inbox = ""
+        self._inbox = ""  # pull requests' replies: {inbox}.{token}
+        self._ack_inbox = ""  # PubAcks: {ack_inbox}.{token}
         self._tokens = itertools.count(1)
+        self._pub_acks: dict[str, _PublishBatch] = {}  # token -> the publish awaiting it
         self._fetch_lock = asyncio.Lock()
         self._waiter: asyncio.Queue[Msg] | None = None  # the fetch in flight, if any
         self._waiter_reply = ""  # the reply subject of its pull request
@@ -170,6 +173,8 @@ class NatsQueue:
             self._sub = await self._call(
                 "subscribe", nc.subscribe(f"{self._inbox}.*", cb=self._route)
             )
+            self._ack_inbox = nc.new_inbox()
+            await self._call("subscribe", nc.subscribe(f"{self._ack_inbox}.*", cb=self._on_pub_ack))
         except BaseException:
             await self.close()
             raise
@@ -194,39 +199,48 @@ class NatsQueue:
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
         if not envelopes:
             return
-        js = self._context()
+        nc = self._connection()
         # nats-py buffers a publish made while reconnecting, but such a message can be lost
         # in the reconnect (its PubAck never comes): wait for the connection instead.
         await self._wait_connected("publish", self.publish_timeout_s)
-        futures: list[asyncio.Future[Any]] = []
-
-        async def publish_all() -> list[Any]:
-            # Concurrent: every message goes out before the first PubAck is awaited.
-            for envelope in envelopes:
-                futures.append(
-                    await js.publish_async(
-                        self.subject,
-                        envelope.encode(),
-                        headers={MSG_ID_HEADER: envelope.msg_id},
-                    )
-                )
-            return await asyncio.gather(*futures, return_exceptions=True)
-
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.publish_timeout_s
+        batch = _PublishBatch(remaining=len(envelopes), done=loop.create_future())
+        tokens: list[str] = []
         try:
-            acks = await asyncio.wait_for(publish_all(), self.publish_timeout_s)
-        except (TimeoutError, nats.errors.Error) as exc:
-            for future in futures:
-                future.cancel()
-            self._raise("publish", exc)
-        failures = [ack for ack in acks if isinstance(ack, BaseException)]
-        if failures:
-            self._raise(f"publish ({len(failures)} of {len(acks)} not stored)", failures[0])
-        for ack in acks:
-            if isinstance(ack, PubAck) and ack.stream != self.stream:
-                raise QueueError(
-                    f"nats: subject {self.subject!r} is stored by stream {ack.stream!r}, "
-                    f"not {self.stream!r}: give tickwork a subject no other stream captures"
+            # Every message goes out before the first PubAck is awaited; the acks come back
+            # on our own inbox (`_on_pub_ack`), a counter per batch instead of a future each.
+            for envelope in envelopes:
+                token = str(next(self._tokens))
+                self._pub_acks[token] = batch
+                tokens.append(token)
+                await nc.publish(
+                    self.subject,
+                    envelope.encode(),
+                    reply=f"{self._ack_inbox}.{token}",
+                    headers={MSG_ID_HEADER: envelope.msg_id},
                 )
+            await asyncio.wait_for(batch.done, max(deadline - loop.time(), 0.0))
+        except (TimeoutError, nats.errors.Error) as exc:
+            self._raise("publish", exc)
+        finally:
+            for token in tokens:  # a PubAck arriving after we gave up finds nobody waiting
+                self._pub_acks.pop(token, None)
+        if batch.failures:
+            failed = len(batch.failures)
+            self._raise(f"publish ({failed} of {len(envelopes)} not stored)", batch.failures[0])
+        strangers = batch.streams - {self.stream}
+        if strangers:
+            raise QueueError(
+                f"nats: subject {self.subject!r} is stored by stream {min(strangers)!r}, "
+                f"not {self.stream!r}: give tickwork a subject no other stream captures"
+            )
+
+    async def _on_pub_ack(self, msg: Msg) -> None:
+        """Subscription callback: count a PubAck (or its error) against its publish batch."""
+        batch = self._pub_acks.pop(msg.subject.rpartition(".")[2], None)
+        if batch is not None:
+            batch.settle(_pub_ack_outcome(msg))
 
     async def fetch(self, max_messages: int, *, timeout_s: float) -> list[Received]:
         if max_messages < 1:
@@ -546,6 +560,40 @@ class NatsQueue:
             f"NatsQueue(url={self.url!r}, stream={self.stream!r}, subject={self.subject!r}, "
             f"durable={self.durable_name!r}, visibility_s={self.visibility_s})"
         )
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class _PublishBatch:
+    """The PubAcks one `publish` call is waiting for."""
+
+    remaining: int
+    done: asyncio.Future[None]
+    failures: list[BaseException] = dataclasses.field(default_factory=list)
+    streams: set[str] = dataclasses.field(default_factory=set)  # the streams that stored them
+
+    def settle(self, outcome: BaseException | str) -> None:
+        if isinstance(outcome, BaseException):
+            self.failures.append(outcome)
+        else:
+            self.streams.add(outcome)
+        self.remaining -= 1
+        if self.remaining <= 0 and not self.done.done():
+            self.done.set_result(None)
+
+
+def _pub_ack_outcome(msg: Msg) -> BaseException | str:
+    """What a PubAck says: the stream that stored the message, or why it was not stored."""
+    if _status(msg) == "503":  # no stream listens on the subject (any more)
+        return nats.js.errors.NoStreamResponseError()
+    try:
+        reply = json.loads(msg.data)
+        if "error" in reply:
+            nats.js.errors.APIError.from_error(reply["error"])  # raises the code's error class
+        return str(reply["stream"])
+    except nats.js.errors.APIError as exc:
+        return exc
+    except (ValueError, KeyError, TypeError) as exc:
+        return QueueError(f"nats: unreadable PubAck {msg.data[:200]!r}: {exc}")
 
 
 def _consumer_matches(have: ConsumerConfig, want: ConsumerConfig) -> bool:

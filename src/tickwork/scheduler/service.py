@@ -31,7 +31,7 @@ Publish = Callable[[Sequence[Envelope]], Awaitable[None]]
 class SchedulerConfig:
     node_id: str
     batch_size: int = 1000
-    lookahead_ms: int = 50  # claim this early; the executor still starts on the instant
+    lookahead_ms: int = 200  # claim this early; the executor still starts on the instant (ADR 0009)
     max_idle_ms: int = 1000  # longest sleep when nothing wakes us (other processes' writes)
     lease_ttl_ms: int = 60_000  # how long a fire stays ours without a heartbeat
 

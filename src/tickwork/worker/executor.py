@@ -65,7 +65,7 @@ class ExecutorConfig:
     backstop_delay_ms: int = 0
     # Lease runs this early (handed-off fires become leasable at their instant); the fire
     # itself still waits for its instant, so it starts on time instead of a loop tick late.
-    lookahead_ms: int = 50
+    lookahead_ms: int = 200
     # Fires leased but not yet finished that this executor keeps at most. Beyond it, it leases
     # no more: a worker that cannot keep up leaves the rest in the store (or the queue) for
     # other workers, instead of holding every run of a burst under leases it must heartbeat
