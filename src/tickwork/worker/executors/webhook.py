@@ -6,9 +6,10 @@ a write from a superseded attempt. Requests are signed the Standard Webhooks way
 (`tickwork.webhooks.verify` checks it on the receiving side) with the job's secrets, else its
 tenant's (both carried by the fire), else this process's, else not at all.
 
-Every connection goes through the SSRF guard (`ssrf.py`): loopback, private, link-local,
-metadata and other non-global addresses are refused unless the allow-list names them, and the
-address checked is the address connected to.
+Requests go out through `http1.Http1Client` (pooled keep-alive connections; ADR 0010 says
+why not aiohttp's client). Every connection goes through the SSRF guard (`ssrf.py`): loopback,
+private, link-local, metadata and other non-global addresses are refused unless the allow-list
+names them, and the address checked is the address connected to.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import aiohttp
-
 from tickwork.clock import Clock, SystemClock, utc_iso
 from tickwork.domain.jobs import WebhookTarget
 from tickwork.domain.retry import classify_http, http_succeeded, parse_retry_after
 from tickwork.domain.runs import Fire
 from tickwork.domain.signing import SigningSource, resolve_secrets
 from tickwork.webhooks import sign
-from tickwork.worker.executors.ssrf import AddressPolicy, guarded_connector, refusal_of
+from tickwork.worker.executors.http1 import Http1Client, Resolve
+from tickwork.worker.executors.ssrf import AddressPolicy, EgressRefused
 
 USER_AGENT = "tickwork/0.1"
 ERROR_EXCERPT_CHARS = 500
@@ -55,7 +55,7 @@ def fire_headers(fire: Fire) -> dict[str, str]:
 
 
 class WebhookRunner:
-    """Sends fires as HTTP requests over one pooled, SSRF-guarded aiohttp session."""
+    """Sends fires as HTTP requests over one pooled, SSRF-guarded HTTP/1.1 client."""
 
     def __init__(
         self,
@@ -64,24 +64,26 @@ class WebhookRunner:
         secrets: Sequence[str] = (),
         clock: Clock | None = None,
         max_connections: int = 256,
+        resolve: Resolve | None = None,
     ) -> None:
+        """`resolve` replaces the system's name lookup (tests check the guard with a stub)."""
         self._policy = policy or AddressPolicy()
         self._secrets = tuple(secrets)
         self._clock = clock or SystemClock()
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        self._resolve = resolve
+        self._http: Http1Client | None = None
 
     async def __aenter__(self) -> WebhookRunner:
-        connector = guarded_connector(self._policy, limit=self._max_connections, ttl_dns_cache=60)
-        self._session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, trust_env=False
+        self._http = Http1Client(
+            self._policy, max_connections=self._max_connections, resolve=self._resolve
         )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
     def signing_for(self, fire: Fire) -> tuple[SigningSource, tuple[str, ...]]:
         """Which secrets sign requests for `fire`'s job (its own, its tenant's, ours, none)."""
@@ -123,8 +125,8 @@ class WebhookRunner:
         secrets: Sequence[str],
         timeout_s: float,
     ) -> Attempt:
-        """One request through the guarded session, signed with `secrets` (if any)."""
-        if self._session is None:
+        """One request through the guarded client, signed with `secrets` (if any)."""
+        if self._http is None:
             raise RuntimeError("WebhookRunner used outside `async with`")
         # The signature covers this id, so the header is always the id that was signed.
         headers = {**headers, "webhook-id": msg_id}
@@ -135,25 +137,22 @@ class WebhookRunner:
                 msg_id=msg_id, timestamp=timestamp, body=data or b"", secrets=secrets
             )
         try:
-            async with self._session.request(
-                method,
-                url,
-                headers=headers,
-                data=data,
-                allow_redirects=False,  # a redirect could point anywhere; the job names its URL
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
-            ) as response:
-                await response.read()
-                return self._judge(response.status, response.headers.get("retry-after"))
+            # Redirects are never followed: a redirect could point anywhere; the job names
+            # its URL.
+            response = await self._http.request(
+                method, url, headers=headers, body=data, timeout_s=timeout_s
+            )
         except TimeoutError:
             return Attempt(ok=False, error=f"timed out after {timeout_s:g} s", retryable=True)
-        except aiohttp.ClientError as exc:
-            refused = refusal_of(exc)
-            if refused is not None:  # asking again would be refused again: not retryable
-                hint = "allow it with TICKWORK_WEBHOOK_ALLOW if this target is intended"
-                return Attempt(ok=False, error=f"refused by the SSRF guard: {refused}; {hint}")
+        except EgressRefused as refused:  # asking again would be refused again: not retryable
+            hint = "allow it with TICKWORK_WEBHOOK_ALLOW if this target is intended"
+            return Attempt(ok=False, error=f"refused by the SSRF guard: {refused}; {hint}")
+        except ValueError as exc:  # a header that cannot be sent: fix the job, not a retry
+            return Attempt(ok=False, error=str(exc)[:ERROR_EXCERPT_CHARS])
+        except OSError as exc:
             error = f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT_CHARS]
             return Attempt(ok=False, error=error, retryable=True)
+        return self._judge(response.status, response.headers.get("retry-after"))
 
     def _judge(self, status: int, retry_after: str | None) -> Attempt:
         if http_succeeded(status):
