@@ -112,7 +112,7 @@ RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.tar
 # order (ORDER BY under FOR UPDATE), so two workers leasing overlapping batches (a redelivered
 # message) queue behind each other instead of deadlocking; a waiter re-checks the fence on the
 # row's new version and finds it moved.
-LEASE_FENCED = f"""
+LEASE_FENCED = """
 WITH wanted AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS w(run_id, fence)
 ),
@@ -122,12 +122,17 @@ locked AS (
     ORDER BY r.id
     FOR UPDATE OF r
 )
-UPDATE tw_runs SET fence_token = tw_runs.fence_token + 1, attempt = tw_runs.attempt + 1,
+UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
     lease_owner = $3, lease_until_us = $4
-FROM locked l
-WHERE tw_runs.id = l.run_id AND tw_runs.fence_token = l.fence
-RETURNING {sql.FIRE_RETURNING}
+FROM locked l, tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+WHERE r.id = l.run_id AND r.fence_token = l.fence AND j.id = r.job_id
+RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target,
+    j.retry_policy, j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
 """
+# The job's and tenant's columns come from one join, not from FIRE_RETURNING's five lookups by
+# primary key: every claim leaves a dead version of the job row (and a dead entry in its
+# primary key) until vacuum, and each lookup walked them; with five per run the lease cost
+# ~100 µs per fire at 3,000/s (bench.pg_statements).
 RELET_OWN = f"""
 UPDATE tw_runs SET lease_until_us = $4
 FROM unnest($1::bigint[], $2::bigint[]) AS w(run_id, fence)
