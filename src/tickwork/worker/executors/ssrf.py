@@ -3,7 +3,13 @@
 A job's URL is user input, so without a guard any API user could make tickwork's workers call
 the cloud metadata service (169.254.169.254), the database on 10.0.0.5 or an admin port on
 127.0.0.1. The guard checks the address that is actually connected to, never the URL's text
-(`0x7f000001`, `2130706433` and `127.1` all reach 127.0.0.1), at three points:
+(`0x7f000001`, `2130706433` and `127.1` all reach 127.0.0.1).
+
+The worker's own HTTP client (`http1.py`, ADR 0010) applies this module's pieces itself:
+`check_url_host` on the URL, one resolution per new connection keeping only the addresses
+`AddressPolicy.check` permits, and that check again on the exact address each socket connects
+to. The aiohttp pieces below (`GuardedResolver`, `guarded_connector`) are what the worker used
+before; they remain for code that embeds aiohttp, and guard it at three points:
 
 1. `GuardedResolver` resolves a hostname once and hands aiohttp only the permitted addresses.
    aiohttp connects to exactly the addresses its resolver returned, so there is no window in
