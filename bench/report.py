@@ -10,6 +10,10 @@ LATENESS_TARGET_MS = 20.0
 E2E_WEBHOOK_TARGET = 5000.0  # fires/s end to end with webhooks (the issue)
 E2E_TASK_TARGET = 10000.0  # fires/s end to end with a Python no-op task (the issue)
 E2E_P99_MS = 100.0
+# The bare-SQL burst those targets were set against: shared/research/anchors-measured.md,
+# 10,000 one-shots on 2026-12-02. The targets as shares of it are compared with the same run's
+# bare-SQL burst (bench/raw_fire_loop.py, ADR 0011): the machine's speed moves between days.
+ANCHOR_RAW_BURST = 29947.0
 QUEUE_NAMES = {"table": "table queue", "nats": "NATS"}
 CLAIM_TARGET_PCT = 50.0
 STORE_NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
@@ -391,12 +395,44 @@ def _claim_phases(section: dict[str, Any]) -> list[str]:
 
 
 def _e2e_targets(section: dict[str, Any]) -> list[list[str]]:
-    rows = [_e2e_task_target(c) for c in section.get("task_burst", [])]
+    rows = []
+    for c in section.get("task_burst", []):
+        rows += [_e2e_task_target(c), _scaled_target(c, "burst", E2E_TASK_TARGET, "task")]
     if not rows:
         rows = [[f"{num(E2E_TASK_TARGET, 0)} fires/s end to end, Python no-op task",
                  "not measured in this run", "-", "n/a"]]  # fmt: skip
-    rows += [_e2e_burst_target(c) for c in section.get("burst", [])]
-    return rows + [_e2e_ramp_target(r) for r in section.get("sustained", [])]
+    hooks = E2E_WEBHOOK_TARGET
+    for c in section.get("burst", []):
+        rows += [_e2e_burst_target(c), _scaled_target(c, "burst", hooks, "webhooks")]
+    for r in section.get("sustained", []):
+        rows += [_e2e_ramp_target(r), _scaled_target(r, "sustained", hooks, "webhooks")]
+    return rows
+
+
+def scaled(target: float, ceiling: float) -> float:
+    """The issue's absolute target at the speed the same run's bare-SQL burst shows."""
+    return target * ceiling / ANCHOR_RAW_BURST
+
+
+def _scaled_target(case: dict[str, Any], kind: str, target: float, what: str) -> list[str]:
+    share = 100 * target / ANCHOR_RAW_BURST
+    label = (
+        f"the same, scaled: {what}, {kind}, {QUEUE_NAMES[case['queue']]} >= {share:.1f} % of the "
+        f"same run's bare-SQL burst ({num(target, 0)} / {num(ANCHOR_RAW_BURST, 0)}, ADR 0011)"
+    )
+    ceiling = case.get("ceiling") or {"error": "not measured"}
+    if "error" in ceiling or "error" in case:
+        return [label, f"failed: {case.get('error') or ceiling['error']}", "-", "**no**"]
+    if kind == "burst":
+        got = case["fires_per_s"] if case["missing"] == 0 else 0.0
+    else:
+        got = float(case["best_rate"])
+    bar = scaled(target, ceiling["fires_per_s"])
+    measured = (
+        f"{num(got, 0)} fires/s vs bare SQL {num(ceiling['fires_per_s'], 0)} fires/s = "
+        f"**{num(100 * got / ceiling['fires_per_s'], 1)} %** (scaled target {num(bar, 0)}/s)"
+    )
+    return [label, measured, num(ceiling["cpu"]["foreign_cores"], 2), _yes(got >= bar)]
 
 
 def _e2e_burst_target(case: dict[str, Any]) -> list[str]:
@@ -485,10 +521,50 @@ def _e2e(section: dict[str, Any]) -> list[str]:
         "",
     ]
     task = section.get("task_burst", [])
-    lines += _config_line(cfg) + _e2e_burst(section["burst"], "Burst, webhooks")
+    lines += _config_line(cfg) + _ceilings(section)
+    lines += _e2e_burst(section["burst"], "Burst, webhooks")
     if task:
         lines += _e2e_burst(task, "Burst, Python no-op task", "the last run finished")
     return lines + _e2e_ramps(section)
+
+
+def _ceilings(section: dict[str, Any]) -> list[str]:
+    """The bare-SQL bursts of the run, one before each kind of case (ADR 0011)."""
+    measured: list[tuple[str, dict[str, Any]]] = []
+    for kind, cases in (("webhook bursts", section["burst"]),
+                        ("task bursts", section.get("task_burst", []))):  # fmt: skip
+        if cases and cases[0].get("ceiling"):
+            measured.append((kind, cases[0]["ceiling"]))
+    for ramp in section["sustained"]:
+        if ramp.get("ceiling"):
+            measured.append((f"sustained, {QUEUE_NAMES[ramp['queue']]}", ramp["ceiling"]))
+    if not measured:
+        return []
+    head = ["before", "jobs", "time to last s", "**fires/s**", "first to last fires/s",
+            "lateness p50 ms", "p99", "missing", "dup", "PostgreSQL cores",
+            "noise: foreign"]  # fmt: skip
+    rows = []
+    for kind, c in measured:
+        if "error" in c:
+            rows.append([kind, f"failed: {c['error']}"] + [""] * (len(head) - 2))
+            continue
+        lat = c["lateness_ms"]
+        rows.append([kind, num(c["jobs"]), num(c["completion_s"], 2),
+                     f"**{num(c['fires_per_s'], 0)}**", num(c["drain_per_s"], 0),
+                     num(lat.get("p50"), 0), num(lat.get("p99"), 0), num(c["missing"]),
+                     num(c["duplicates"]), num(c["cpu"]["cores"].get("postgres"), 2),
+                     num(c["cpu"]["foreign_cores"], 2)])  # fmt: skip
+    return [
+        "The same run's ceiling: the fire loop in bare SQL (`bench/raw_fire_loop.py`, one "
+        "scheduler and one worker process, asyncpg loops, one statement per claim batch and one "
+        "transaction per dequeue batch, a no-op per fire; ADR 0011), a burst of the same N "
+        "one-shots in a 1,000,000-job table, on a fresh database before each kind of case. The "
+        "scaled targets above are the issue's targets times (this figure / "
+        f"{num(ANCHOR_RAW_BURST, 0)}), the bare-SQL burst they were set against.",
+        "",
+        *table(head, rows),
+        "",
+    ]
 
 
 _E2E_CPU = ("api", "scheduler", "worker", "receiver", "nats", "postgres", "driver")
