@@ -233,28 +233,27 @@ async def burst_case(env: Env, jobs: int, *, lead_s: float = 4.0) -> dict[str, A
         start_s = t_us / 1e6 - lead_s  # both start polling well before T, as tickwork does
         deadline_s = t_us / 1e6 + BURST_TIMEOUT_S
         outs = {role: env.tmp / f"raw-burst-{role}.json" for role in ("scheduler", "worker")}
-        children = [
-            await procs.start(
-                f"raw-{role}",
-                [sys.executable, "-m", "bench.raw_fire_loop", "role", role, "--dsn", dsn,
-                 "--jobs", str(jobs), "--start", str(start_s), "--deadline", str(deadline_s),
-                 "--out", str(out)],
-                ready="ready",
-                log_path=env.tmp / f"raw-burst-{role}.log",
-            )
-            for role, out in outs.items()
-        ]  # fmt: skip
-        for (child, _), role in zip(children, outs, strict=True):
-            env.attribution.named[child.pid] = role
-        ready_before_t = round(t_us / 1e6 - time.time(), 2)
-        await asyncio.sleep(max(0.0, t_us / 1e6 - time.time()))
-        try:
+        children: list[procs.Child] = []
+        try:  # a role that fails to start must not leave the other one running
+            for role, out in outs.items():
+                child, _ = await procs.start(
+                    f"raw-{role}",
+                    [sys.executable, "-m", "bench.raw_fire_loop", "role", role, "--dsn", dsn,
+                     "--jobs", str(jobs), "--start", str(start_s), "--deadline",
+                     str(deadline_s), "--out", str(out)],
+                    ready="ready",
+                    log_path=env.tmp / f"raw-burst-{role}.log",
+                )  # fmt: skip
+                children.append(child)
+                env.attribution.named[child.pid] = role
+            ready_before_t = round(t_us / 1e6 - time.time(), 2)
+            await asyncio.sleep(max(0.0, t_us / 1e6 - time.time()))
             with CpuMeter(env.attribution) as meter:
                 await asyncio.wait_for(
-                    asyncio.gather(*(c.proc.wait() for c, _ in children)), BURST_TIMEOUT_S + 30
+                    asyncio.gather(*(c.proc.wait() for c in children)), BURST_TIMEOUT_S + 30
                 )
         finally:
-            for child, _ in children:
+            for child in children:
                 await child.stop()
         found: dict[str, Any] = json.loads(outs["worker"].read_text())
     finally:
