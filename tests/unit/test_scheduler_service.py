@@ -15,7 +15,7 @@ from tickwork.clock import ManualClock, SystemClock
 from tickwork.domain.jobs import AtTrigger, EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import Envelope, Fire, RunStatus, occurrence_key
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
-from tickwork.store.base import DueJob, Topic
+from tickwork.store.base import ClaimPlan, DueJob, Topic
 from tickwork.store.memory import MemoryStore
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -287,3 +287,87 @@ async def test_a_job_written_below_the_scan_floor_still_fires(deaf: bool, max_id
         await sink.until(lambda fires: len(fires) >= 5, timeout_s=10)
         await store.create_job(job(2, Schedule(trigger=AtTrigger(at=late)), late))
         await sink.until(lambda fires: any(f.job_id == f"{2:032x}" for f in fires), 10)
+
+
+# -- the loop publishes one batch while it claims the next ------------------------------------
+
+
+class GatedPublisher:
+    """A publisher whose every call waits for a permit the test releases; it logs each call's
+    start and end in `events`."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.batches: list[list[Envelope]] = []
+        self.permits = asyncio.Semaphore(0)
+        self._changed = asyncio.Condition()
+
+    async def __call__(self, envelopes: Sequence[Envelope]) -> None:
+        self.batches.append(list(envelopes))
+        self.events.append(f"publish {len(self.batches)} started")
+        await self.notify()
+        number = len(self.batches)
+        await self.permits.acquire()
+        self.events.append(f"publish {number} done")
+
+    async def notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(condition), 5)
+
+
+class ClaimLog(MemoryStore):
+    """Logs each hand-off claim in `events` and wakes a test waiting for one."""
+
+    def __init__(self, events: list[str], publisher: GatedPublisher) -> None:
+        super().__init__()
+        self.events = events
+        self.publisher = publisher
+        self.claims = 0
+
+    async def claim_hand_off(
+        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
+    ) -> list[Envelope]:
+        envelopes = await super().claim_hand_off(plans, owner=owner, now=now)
+        self.claims += 1
+        self.events.append(f"claim {self.claims}")
+        await self.publisher.notify()  # one condition wakes the test for both logs
+        return envelopes
+
+
+async def test_the_loop_claims_the_next_batch_while_the_last_is_published() -> None:
+    events: list[str] = []
+    publisher = GatedPublisher(events)
+    store = ClaimLog(events, publisher)
+    for n in range(6):
+        await store.create_job(job(n, Schedule(trigger=AtTrigger(at=T0)), T0))
+    config = SchedulerConfig(node_id="s1", batch_size=2, lookahead_ms=50)
+    service = SchedulerService(store, ManualClock(T0), config, dispatch=None, publish=publisher)
+    stop = asyncio.Event()
+    running = asyncio.create_task(service.run(stop))
+    running.add_done_callback(lambda _: events.append("stopped"))
+
+    # The first batch's publish hangs; the second batch is claimed meanwhile, and its publish
+    # waits for the first (one in flight at most).
+    await publisher.until(lambda: store.claims >= 2)
+    assert sorted(events) == ["claim 1", "claim 2", "publish 1 started"]
+
+    # Stopped with a publish in flight: run() returns only once it went out.
+    publisher.permits.release()
+    publisher.permits.release()
+    await publisher.until(lambda: "publish 3 started" in events)
+    stop.set()
+    # Not an event to await: this checks that run() does NOT end while publish 3 hangs.
+    done, _ = await asyncio.wait({running}, timeout=0.2)
+    assert not done
+    publisher.permits.release()
+    await asyncio.wait_for(running, 5)
+    assert events[-2:] == ["publish 3 done", "stopped"]
+    # Every envelope went out once, in claim order, one publish per claimed batch.
+    assert [len(b) for b in publisher.batches] == [2, 2, 2]
+    keys = [e.key for batch in publisher.batches for e in batch]
+    assert sorted(keys) == sorted(occurrence_key(f"{n:032x}", T0) for n in range(6))
+    assert len(set(keys)) == 6

@@ -428,10 +428,13 @@ class NatsQueue:
                 reply=reply,
             )
             while len(msgs) < batch:
-                try:
-                    msg = await asyncio.wait_for(waiter.get(), deadline - loop.time())
-                except TimeoutError:
-                    break
+                if waiter.empty():
+                    try:
+                        msg = await asyncio.wait_for(waiter.get(), deadline - loop.time())
+                    except TimeoutError:
+                        break
+                else:  # no timer and no task per message for what has already arrived
+                    msg = waiter.get_nowait()
                 status = _status(msg)
                 if status is None:
                     msgs.append(msg)

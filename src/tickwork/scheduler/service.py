@@ -3,6 +3,11 @@ workers elsewhere.
 
 `run_once(now)` is one tick and returns what it did; `run()` loops, sleeping until the earliest
 due job (minus a small claim-ahead) or until the store reports a change, never polling blindly.
+
+With an external queue, `run()` publishes a tick's envelopes while it claims the next batch
+(one publish in flight at most): in a burst the claim and the publish then overlap instead of
+adding up. That is safe because a publish is only the fast path: the runs are already in the
+store, and a publish that fails or never happens is repaired by the workers' backstop.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -83,8 +88,15 @@ class SchedulerService:
         self, now: datetime | None = None, *, not_before: datetime | None = None
     ) -> TickResult:
         """Claim every job due by `now` (+ lookahead), up to one batch, and dispatch its fires
-        (or hand them off, publishing their envelopes). `not_before` skips jobs due earlier:
-        pass only what an earlier tick's `settled_below` vouched for."""
+        (or hand them off, publishing their envelopes before it returns). `not_before` skips
+        jobs due earlier: pass only what an earlier tick's `settled_below` vouched for."""
+        result = await self._tick(now, not_before=not_before)
+        if result.handed_off and self._publish is not None:
+            await self._publish_safely(result.handed_off)
+        return result
+
+    async def _tick(self, now: datetime | None, *, not_before: datetime | None) -> TickResult:
+        """One tick without the publish: the caller sends `handed_off` to the queue."""
         now = self._clock.now() if now is None else now
         cfg = self._config
         started = time.perf_counter()
@@ -110,8 +122,6 @@ class SchedulerService:
             # envelopes come back (what a queue carries; the table queue needs not even that).
             handed_off = await self._store.claim_hand_off(plans, owner=cfg.node_id, now=now)
             metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
-            if handed_off and self._publish is not None:
-                await self._publish_safely(handed_off)
         planned = sum(p.scheduled_for is not None for p in plans)
         conflicts = planned - len(fires) - len(handed_off)
         full = len(due) == cfg.batch_size
@@ -151,28 +161,68 @@ class SchedulerService:
         changed = self._store.watch("jobs")
         floor: datetime | None = None
         unbounded_by = 0.0  # monotonic time of the next scan that must start at the bottom
-        while not stop.is_set():
-            if changed.is_set() or time.monotonic() >= unbounded_by:
-                floor = None
-            if floor is None:
-                unbounded_by = time.monotonic() + self._config.max_idle_ms / 1000
-            try:
-                result = await self.run_once(not_before=floor)
-                floor = result.settled_below
-                if result.full_batch:
-                    continue  # more are due right now
-                delay = sleep_seconds(
-                    await self._store.next_due_at(not_before=floor),
-                    self._clock.now(),
-                    scanned_to=result.scanned_to,
-                    lookahead_ms=self._config.lookahead_ms,
-                    max_idle_ms=self._config.max_idle_ms,
-                )
-            except Exception:
-                log.exception("scheduler tick failed", extra={"action": "tick_failed"})
-                floor, delay = None, self._config.max_idle_ms / 1000
-            if await _wait_any(changed, stop, delay):
-                floor = None
+        publishing = _PublishPipeline(self._publish_safely)
+        try:
+            while not stop.is_set():
+                if changed.is_set() or time.monotonic() >= unbounded_by:
+                    floor = None
+                if floor is None:
+                    unbounded_by = time.monotonic() + self._config.max_idle_ms / 1000
+                floor = await self._tick_and_wait(floor, changed, stop, publishing)
+        finally:
+            await publishing.drain()  # what was claimed goes out before the queue closes
+
+    async def _tick_and_wait(
+        self,
+        floor: datetime | None,
+        changed: asyncio.Event,
+        stop: asyncio.Event,
+        publishing: _PublishPipeline,
+    ) -> datetime | None:
+        """One tick of `run()`, then the sleep until the next; returns the next tick's floor."""
+        try:
+            result = await self._tick(None, not_before=floor)
+            if result.handed_off and self._publish is not None:
+                await publishing.send(result.handed_off)
+            floor = result.settled_below
+            if result.full_batch:
+                return floor  # more are due right now
+            delay = sleep_seconds(
+                await self._store.next_due_at(not_before=floor),
+                self._clock.now(),
+                scanned_to=result.scanned_to,
+                lookahead_ms=self._config.lookahead_ms,
+                max_idle_ms=self._config.max_idle_ms,
+            )
+        except Exception:
+            log.exception("scheduler tick failed", extra={"action": "tick_failed"})
+            floor, delay = None, self._config.max_idle_ms / 1000
+        if await _wait_any(changed, stop, delay):
+            floor = None
+        return floor
+
+
+class _PublishPipeline:
+    """At most one publish in flight, running while the scheduler claims the next batch.
+
+    `send` waits for the previous publish before it starts the next one, so a queue slower
+    than the claims holds the scheduler back (one batch of envelopes in memory, not a
+    growing pile) and envelopes go out in claim order."""
+
+    def __init__(
+        self, publish: Callable[[Sequence[Envelope]], Coroutine[object, None, None]]
+    ) -> None:
+        self._publish = publish
+        self._in_flight: asyncio.Task[None] | None = None
+
+    async def send(self, envelopes: Sequence[Envelope]) -> None:
+        await self.drain()
+        self._in_flight = asyncio.create_task(self._publish(envelopes))
+
+    async def drain(self) -> None:
+        task, self._in_flight = self._in_flight, None
+        if task is not None:
+            await task  # _publish_safely logs its own failures; it raises only on cancel
 
 
 def _record(due: Sequence[DueJob], plans: Sequence[ClaimPlan], result: TickResult) -> None:
