@@ -114,21 +114,28 @@ RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.tar
 # row's new version and finds it moved.
 LEASE_FENCED = """
 WITH wanted AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS w(run_id, fence)
+    SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS w(run_id, fence) ORDER BY run_id
 ),
 locked AS (
-    SELECT r.id AS run_id, w.fence FROM tw_runs r JOIN wanted w ON r.id = w.run_id
-    WHERE r.id = ANY($1::bigint[]) AND r.fence_token = w.fence AND r.status = 'pending'
-    ORDER BY r.id
-    FOR UPDATE OF r
+    SELECT r.id FROM wanted w CROSS JOIN LATERAL (
+        SELECT id FROM tw_runs
+        WHERE id = w.run_id AND fence_token = w.fence AND status = 'pending'
+        LIMIT 1 FOR UPDATE
+    ) r
 )
 UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
     lease_owner = $3, lease_until_us = $4
-FROM locked l, tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
-WHERE r.id = l.run_id AND r.fence_token = l.fence AND j.id = r.job_id
+FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
 RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target,
     j.retry_policy, j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
 """
+# Statements that address runs by id reach each one through the primary key, one lookup per
+# id (the LATERAL ... LIMIT 1 here and in FINISH_RUNS), never through `tw_runs_pending`. In a
+# burst the planner's statistics still say that pending runs are rare (in a table of history
+# they are) while 100,000 are pending, and the join it planned on that belief read every
+# pending run for each batch: 40-80 µs per fire with 30,000 pending, more as the burst grows
+# (ADR 0012). The inner select locks the rows, so the outer UPDATE needs no second check.
 # The job's and tenant's columns come from one join, not from FIRE_RETURNING's five lookups by
 # primary key: every claim leaves a dead version of the job row (and a dead entry in its
 # primary key) until vacuum, and each lookup walked them; with five per run the lease cost
@@ -164,13 +171,20 @@ WITH o AS (
         AS o(id, fence, status, started_us, finished_us, http_status, error, dead_us,
              retry_us, job_id, attempt, worker)
 ),
+locked AS (
+    SELECT r.id FROM (SELECT id, fence FROM o ORDER BY id) w CROSS JOIN LATERAL (
+        SELECT id FROM tw_runs
+        WHERE id = w.id AND fence_token = w.fence AND status = 'pending'
+        LIMIT 1 FOR UPDATE
+    ) r
+),
 applied AS (
     UPDATE tw_runs r SET status = o.status, started_us = o.started_us,
         finished_us = o.finished_us, http_status = o.http_status, error = o.error,
         last_error = o.error, dead_lettered_us = o.dead_us, lease_owner = NULL,
         lease_until_us = o.retry_us
     FROM o
-    WHERE r.id = o.id AND r.fence_token = o.fence AND r.status = 'pending'
+    WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND r.id = o.id AND r.fence_token = o.fence
     RETURNING r.id, r.fence_token
 )
 INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
@@ -208,7 +222,14 @@ def asyncpg_dsn(url: str) -> str:
 
 # Set per connection at startup: asyncpg's pool runs RESET ALL when a connection is released,
 # which would silently undo a plain SET (measured by bench/: claims fell back to generic plans).
-SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
+#
+# Bitmap scans are off for the same reason as the LATERAL lookups above: the table queue's
+# lease (`ORDER BY lease_until_us LIMIT n` over tw_runs_pending) was planned, on statistics
+# that believe a few dozen runs are pending, as a bitmap scan of EVERY leasable run plus a sort,
+# instead of an index scan that stops after n; with 30,000 pending that cost ~15 ms per
+# 500-run lease. tickwork's statements are index lookups and ordered index ranges, where a
+# plain index scan is what a bitmap scan would have been at best (ADR 0012).
+SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan", "enable_bitmapscan": "off"}
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:

@@ -1,0 +1,117 @@
+"""The fire path's statements read the runs they name, not every pending run (ADR 0012).
+
+In a burst, PostgreSQL's statistics still describe tw_runs as it was when it was last
+analysed: a table of history in which pending runs are rare. Planned on that belief, the
+workers' lease and outcome statements read every pending run for each batch, a cost that grows
+with the burst. These tests build that situation on real PostgreSQL (statistics taken while
+no run existed, then thousands of pending runs) and count the tw_runs rows each statement's
+executed plan read, through PostgresStore's own connection settings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+from bench import claim_seed
+
+from tickwork.clock import SystemClock, from_us
+from tickwork.domain.runs import Envelope
+from tickwork.scheduler.service import SchedulerConfig, SchedulerService
+from tickwork.store.postgres import (
+    FINISH_RUNS,
+    LEASE_FENCED,
+    LEASE_RUNS,
+    SERVER_SETTINGS,
+    PostgresStore,
+)
+
+PENDING = 30_000  # the planner's choice flips with the count; 12,000 was not enough
+BATCH = 500
+
+
+async def _pending_burst(dsn: str) -> tuple[list[Envelope], int]:
+    """PENDING runs handed off and waiting, with statistics from before any run existed."""
+    now_us = int(time.time() * 1e6)
+    shape = claim_seed.Shape(
+        rows=PENDING, due=PENDING, dirty=0, kind="every", misfire_grace_ms=3_600_000, now_us=now_us
+    )
+    await claim_seed.seed(dsn, shape)  # ends with VACUUM ANALYZE: tw_runs is empty then
+    store = PostgresStore(dsn, migrate=False)
+    await store.open()
+    try:
+        config = SchedulerConfig(node_id="s", lookahead_ms=0)
+        scheduler = SchedulerService(store, SystemClock(), config, dispatch=None)
+        handed_off: list[Envelope] = []
+        while tick := (await scheduler.run_once(from_us(now_us))).handed_off:
+            handed_off += tick
+    finally:
+        await store.close()
+    assert len(handed_off) == PENDING
+    return handed_off, now_us
+
+
+def _runs_read(plan: dict[str, Any]) -> Iterator[int]:
+    """Rows each scan of tw_runs in an executed plan returned, over all its loops."""
+    if plan.get("Relation Name") == "tw_runs" and "Scan" in plan["Node Type"]:
+        yield int(plan["Actual Rows"] * plan["Actual Loops"])
+        # A bitmap heap scan's rows come from its index scan child, counted below too.
+    for child in plan.get("Plans", []):
+        yield from _runs_read(child)
+
+
+async def _explain(conn: asyncpg.Connection, statement: str, *args: object) -> list[int]:
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        [row] = await conn.fetch(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", *args)
+    finally:
+        await tx.rollback()  # the next statement sees the same pending runs
+    [doc] = json.loads(row[0])
+    return list(_runs_read(doc["Plan"]))
+
+
+def _finish_args(batch: list[Envelope], now_us: int) -> tuple[object, ...]:
+    n = len(batch)
+    return (
+        [e.run_id for e in batch],
+        [e.fence_token for e in batch],
+        ["succeeded"] * n,
+        [now_us] * n,
+        [now_us] * n,
+        [200] * n,
+        [None] * n,
+        [None] * n,
+        [None] * n,
+        [e.job_id for e in batch],
+        [1] * n,
+        ["w"] * n,
+    )
+
+
+async def test_a_batch_reads_about_as_many_runs_as_it_writes(pg_dsn: str) -> None:
+    handed_off, now_us = await _pending_burst(pg_dsn)
+    batch = handed_off[:BATCH]  # the first to be due, as a worker takes them
+    lease_until = now_us + 60_000_000
+    ids, fences = [e.run_id for e in batch], [e.fence_token for e in batch]
+    conn = await asyncpg.connect(pg_dsn, server_settings=SERVER_SETTINGS)
+    try:
+        read = {
+            "lease by fence": await _explain(conn, LEASE_FENCED, ids, fences, "w", lease_until),
+            "lease from the table": await _explain(
+                conn, LEASE_RUNS, "w", lease_until, now_us, BATCH
+            ),
+            # Outcomes at the runs' fences as they are now (unleased): the compare-and-set
+            # applies, as it does for a worker's current lease.
+            "finish": await _explain(conn, FINISH_RUNS, *_finish_args(batch, now_us)),
+        }
+    finally:
+        await conn.close()
+    # Each run of the batch is looked up a few times (lock, update, join); a plan that walks
+    # the pending runs reads all PENDING of them at least once.
+    assert {name: sum(rows) <= 4 * BATCH for name, rows in read.items()} == {
+        name: True for name in read
+    }, read
