@@ -222,14 +222,7 @@ def asyncpg_dsn(url: str) -> str:
 
 # Set per connection at startup: asyncpg's pool runs RESET ALL when a connection is released,
 # which would silently undo a plain SET (measured by bench/: claims fell back to generic plans).
-#
-# Bitmap scans are off for the same reason as the LATERAL lookups above: the table queue's
-# lease (`ORDER BY lease_until_us LIMIT n` over tw_runs_pending) was planned, on statistics
-# that believe a few dozen runs are pending, as a bitmap scan of EVERY leasable run plus a sort,
-# instead of an index scan that stops after n; with 30,000 pending that cost ~15 ms per
-# 500-run lease. tickwork's statements are index lookups and ordered index ranges, where a
-# plain index scan is what a bitmap scan would have been at best (ADR 0012).
-SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan", "enable_bitmapscan": "off"}
+SERVER_SETTINGS = {"plan_cache_mode": "force_custom_plan"}
 
 
 async def _keep_session(_conn: asyncpg.Connection) -> None:
