@@ -107,22 +107,32 @@ WHERE r.id = ANY(ARRAY(
 RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target,
     j.retry_policy, j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
 """
-# The runs a worker fetched from an external queue, leased in one statement: the same
-# compare-and-set on the fence as LEASE_RUN, over (id, fence) pairs. Rows are locked in id
-# order (ORDER BY under FOR UPDATE), so two workers leasing overlapping batches (a redelivered
-# message) queue behind each other instead of deadlocking; a waiter re-checks the fence on the
-# row's new version and finds it moved.
-LEASE_FENCED = """
-WITH wanted AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS w(run_id, fence) ORDER BY run_id
-),
+# `locked`: the runs of a batch of (id, fence) pairs that are still pending at that fence,
+# locked. Each is reached through the primary key, one lookup per pair (LATERAL ... LIMIT 1
+# cannot be flattened into a join), never through `tw_runs_pending`: in a burst the planner's
+# statistics still say that pending runs are rare (in a table of history they are) while
+# 100,000 are pending, and the join it planned on that belief read every pending run for each
+# batch: 40-80 µs per fire with 30,000 pending, more as the burst grows (ADR 0012). Pairs are
+# walked in id order, so two workers locking overlapping batches (a redelivered message) queue
+# behind each other instead of deadlocking; a waiter re-checks the fence on the row's new
+# version and finds it moved. The statement that uses it updates `id = ANY(ARRAY(SELECT id
+# FROM locked))` with no second check: the rows are locked.
+_LOCKED_BY_FENCE = """
 locked AS (
-    SELECT r.id FROM wanted w CROSS JOIN LATERAL (
+    SELECT r.id FROM ({pairs} ORDER BY id) w CROSS JOIN LATERAL (
         SELECT id FROM tw_runs
-        WHERE id = w.run_id AND fence_token = w.fence AND status = 'pending'
+        WHERE id = w.id AND fence_token = w.fence AND status = 'pending'
         LIMIT 1 FOR UPDATE
     ) r
-)
+)"""
+# The runs a worker fetched from an external queue, leased in one statement: the same
+# compare-and-set on the fence as LEASE_RUN, over (id, fence) pairs.
+LEASE_FENCED = (
+    "WITH"
+    + _LOCKED_BY_FENCE.format(
+        pairs="SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS p(id, fence)"
+    )
+    + """
 UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
     lease_owner = $3, lease_until_us = $4
 FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
@@ -130,12 +140,7 @@ WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
 RETURNING r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target,
     j.retry_policy, j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
 """
-# Statements that address runs by id reach each one through the primary key, one lookup per
-# id (the LATERAL ... LIMIT 1 here and in FINISH_RUNS), never through `tw_runs_pending`. In a
-# burst the planner's statistics still say that pending runs are rare (in a table of history
-# they are) while 100,000 are pending, and the join it planned on that belief read every
-# pending run for each batch: 40-80 µs per fire with 30,000 pending, more as the burst grows
-# (ADR 0012). The inner select locks the rows, so the outer UPDATE needs no second check.
+)
 # The job's and tenant's columns come from one join, not from FIRE_RETURNING's five lookups by
 # primary key: every claim leaves a dead version of the job row (and a dead entry in its
 # primary key) until vacuum, and each lookup walked them; with five per run the lease cost
@@ -163,21 +168,17 @@ WHERE id = ANY(ARRAY(
 RETURNING {sql.FIRE_RETURNING}
 """
 # Outcomes and their attempt rows in one statement: only applied outcomes reach the history.
-FINISH_RUNS = """
+FINISH_RUNS = (
+    """
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[],
                          $6::int[], $7::text[], $8::bigint[], $9::bigint[], $10::text[],
                          $11::int[], $12::text[])
         AS o(id, fence, status, started_us, finished_us, http_status, error, dead_us,
              retry_us, job_id, attempt, worker)
-),
-locked AS (
-    SELECT r.id FROM (SELECT id, fence FROM o ORDER BY id) w CROSS JOIN LATERAL (
-        SELECT id FROM tw_runs
-        WHERE id = w.id AND fence_token = w.fence AND status = 'pending'
-        LIMIT 1 FOR UPDATE
-    ) r
-),
+),"""
+    + _LOCKED_BY_FENCE.format(pairs="SELECT id, fence FROM o")
+    + """,
 applied AS (
     UPDATE tw_runs r SET status = o.status, started_us = o.started_us,
         finished_us = o.finished_us, http_status = o.http_status, error = o.error,
@@ -196,6 +197,7 @@ SELECT o.id, o.job_id, o.attempt, o.fence, o.worker, o.started_us, o.finished_us
 FROM o JOIN applied a ON a.id = o.id AND a.fence_token = o.fence
 RETURNING run_id
 """
+)
 REDRIVE = """
 UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
     lease_until_us = $2
