@@ -131,7 +131,7 @@ def _how(run: dict[str, Any]) -> list[str]:
         "## How to run",
         "",
         "```sh",
-        "uv run python -m bench                 # everything, ~35 min; rewrites this file",
+        "uv run python -m bench                 # everything, 35-50 min; rewrites this file",
         "uv run python -m bench --quick         # a smoke run of the harness (~3 min)",
         "uv run python -m bench --render        # re-render from bench/results/, no measuring",
         "uv run python -m bench --only claim    # or --only lateness, --only e2e",
