@@ -1,11 +1,27 @@
-"""tickwork's exceptions, one tree; driver errors are translated at the store boundary.
+"""tickwork's exceptions: one tree, rooted here. Driver errors never cross a seam: each store
+backend translates them in one place (`store/postgres/errors.py`, `store/sqlite/connection.py`),
+each queue backend in its own module, so callers only ever catch what is drawn below.
 
 TickworkError
- +-- InvalidInput      bad user input: names the field and how to fix it (HTTP 4xx, CLI exit 2)
- +-- NotFound          no such job or run (HTTP 404)
- +-- Conflict          the request clashes with the object's state (HTTP 409)
- |    +-- StaleJob     the job was claimed since it was read: re-read and retry
- +-- StoreError        the schedule store failed (connection, migration, driver error)
+ +-- InvalidInput          bad user input: names the field and the fix (HTTP 422, CLI exit 2)
+ +-- NotFound              no such job or run (HTTP 404)
+ |    +-- NotDeadLettered  the run is not a dead letter (tickwork.services.dead_letters)
+ +-- Conflict              the request clashes with the object's state (HTTP 409)
+ |    +-- StaleJob         the job was claimed since it was read: re-read and retry
+ +-- StoreError            the schedule store failed: it refused a statement, the schema is
+ |    |                    missing or newer, a migration failed (HTTP 503, CLI exit 1)
+ |    +-- StoreUnavailable the store cannot be reached right now: connection refused, dropped
+ |                         or timed out, server shutting down, a lost race; try again
+ +-- QueueError            the queue backend failed                 (tickwork.queue.errors)
+ |    +-- QueueUnavailable cannot reach the queue server right now
+ +-- EgressRefused         the SSRF guard refused a webhook's destination
+ |    |                    (tickwork.worker.executors.ssrf; also an OSError, so HTTP client code
+ |    |                    that handles connection errors handles it too)
+ |    +-- ForbiddenAddress / ForbiddenHost / ForbiddenURL
+ +-- WebhookVerificationError  a received webhook's signature did not verify (tickwork.webhooks,
+                               raised in users' receivers by `tickwork.webhooks.verify`)
+
+How the HTTP API answers each is one table, in `tickwork.api.errors`.
 """
 
 from __future__ import annotations
@@ -43,4 +59,12 @@ class StaleJob(Conflict):
 
 
 class StoreError(TickworkError):
+    """The schedule store failed; the message says what it was doing and what the driver said."""
+
     code = "store_error"
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached right now; the same call may succeed later."""
+
+    code = "store_unavailable"

@@ -6,7 +6,7 @@ workers' lease and outcome statements read every pending run for each batch, a c
 with the burst. These tests build that situation on real PostgreSQL (statistics taken while
 no run existed, then thousands of pending runs) and count the tw_runs rows each statement's
 executed plan read, through PostgresStore's own connection settings. The table queue's lease
-(LEASE_RUNS) is not here: it still reads every leasable run in that situation (ADR 0012).
+(lease_runs) is not here: it still reads every leasable run in that situation (ADR 0012).
 """
 
 from __future__ import annotations
@@ -22,12 +22,8 @@ from bench import claim_seed
 from tickwork.clock import SystemClock, from_us
 from tickwork.domain.runs import Envelope
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
-from tickwork.store.postgres import (
-    FINISH_RUNS,
-    LEASE_FENCED,
-    SERVER_SETTINGS,
-    PostgresStore,
-)
+from tickwork.store.postgres import SERVER_SETTINGS, SQL, PostgresStore
+from tickwork.store.sql.named import Statement
 
 PENDING = 30_000  # the planner's choice flips with the count; 12,000 was not enough
 BATCH = 500
@@ -63,33 +59,34 @@ def _runs_read(plan: dict[str, Any]) -> Iterator[int]:
         yield from _runs_read(child)
 
 
-async def _explain(conn: asyncpg.Connection, statement: str, *args: object) -> list[int]:
+async def _explain(conn: asyncpg.Connection, statement: Statement, **values: object) -> list[int]:
     tx = conn.transaction()
     await tx.start()
     try:
-        [row] = await conn.fetch(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", *args)
+        explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {statement.text}"
+        [row] = await conn.fetch(explain, *statement.args(values))
     finally:
         await tx.rollback()  # the next statement sees the same pending runs
     [doc] = json.loads(row[0])
     return list(_runs_read(doc["Plan"]))
 
 
-def _finish_args(batch: list[Envelope], now_us: int) -> tuple[object, ...]:
+def _finish_values(batch: list[Envelope], now_us: int) -> dict[str, object]:
     n = len(batch)
-    return (
-        [e.run_id for e in batch],
-        [e.fence_token for e in batch],
-        ["succeeded"] * n,
-        [now_us] * n,
-        [now_us] * n,
-        [200] * n,
-        [None] * n,
-        [None] * n,
-        [None] * n,
-        [e.job_id for e in batch],
-        [1] * n,
-        ["w"] * n,
-    )
+    return {
+        "ids": [e.run_id for e in batch],
+        "fences": [e.fence_token for e in batch],
+        "statuses": ["succeeded"] * n,
+        "started_us": [now_us] * n,
+        "finished_us": [now_us] * n,
+        "http_statuses": [200] * n,
+        "errors": [None] * n,
+        "dead_us": [None] * n,
+        "retry_us": [None] * n,
+        "job_ids": [e.job_id for e in batch],
+        "attempts": [1] * n,
+        "workers": ["w"] * n,
+    }
 
 
 async def test_a_batch_reads_about_as_many_runs_as_it_writes(pg_dsn: str) -> None:
@@ -100,10 +97,17 @@ async def test_a_batch_reads_about_as_many_runs_as_it_writes(pg_dsn: str) -> Non
     conn = await asyncpg.connect(pg_dsn, server_settings=SERVER_SETTINGS)
     try:
         read = {
-            "lease by fence": await _explain(conn, LEASE_FENCED, ids, fences, "w", lease_until),
+            "lease by fence": await _explain(
+                conn,
+                SQL.lease_fenced_runs,
+                ids=ids,
+                fences=fences,
+                owner="w",
+                lease_until=lease_until,
+            ),
             # Outcomes at the runs' fences as they are now (unleased): the compare-and-set
             # applies, as it does for a worker's current lease.
-            "finish": await _explain(conn, FINISH_RUNS, *_finish_args(batch, now_us)),
+            "finish": await _explain(conn, SQL.finish_runs, **_finish_values(batch, now_us)),
         }
     finally:
         await conn.close()

@@ -19,8 +19,8 @@ import asyncpg
 import pytest
 from bench.chaos.proxy import PartitionableProxy
 
-from tickwork.store.pg_listen import NotifyListener
 from tickwork.store.postgres import CHANNEL, PostgresStore, asyncpg_dsn
+from tickwork.store.postgres.listen import NotifyListener
 from tickwork.testing import ThrowawayPostgres
 
 WAKE_TIMEOUT_S = 15.0

@@ -15,7 +15,7 @@ from tickwork.domain.history_partitions import (
     day_partition,
     plan_partitions,
 )
-from tickwork.store.pg_history import parse_bound
+from tickwork.store.postgres.history import parse_bound
 
 DAY = timedelta(days=1)
 MIDNIGHT = datetime(2026, 12, 2, tzinfo=UTC)

@@ -215,7 +215,7 @@ def _check_revision(config: Config, revision: str) -> None:
 def _engine(target: _Target, *, exclusive: bool) -> AsyncEngine:
     # NullPool: a migration is one connection, closed when done; nothing lingers in a pool.
     if target.dialect == "postgresql":
-        from tickwork.store.postgres import asyncpg_dsn
+        from tickwork.store.postgres.connect import asyncpg_dsn
 
         # asyncpg connects from the user's URL itself, so query parameters such as sslmode or
         # application_name mean what they mean to the store (SQLAlchemy would pass them on as

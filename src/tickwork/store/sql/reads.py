@@ -1,8 +1,9 @@
-"""The read side of the SQL stores, written once: each store supplies `_query`."""
+"""The read side of the SQL stores, written once: each store supplies `_sql` (its named
+statements, which include common.sql's) and `_query` (how it runs a read)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.errors import NotFound
 from tickwork.store.base import DueJob, JobQuery, StoreStats
 from tickwork.store.sql import rows
-from tickwork.store.sql import statements as sql
+from tickwork.store.sql.named import Statement, Statements
 
 EARLIEST_US = -(2**63)  # no lower bound: every next_run_us is at or after it
 
@@ -22,15 +23,17 @@ def _floor_us(not_before: datetime | None) -> int:
 
 
 class SqlReads:
-    async def _query(self, statement: str, params: dict[str, Any]) -> Sequence[rows.Row]:
+    _sql: Statements
+
+    async def _query(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[rows.Row]:
         """Run one read-only statement with :named parameters."""
         raise NotImplementedError
 
     async def ping(self) -> None:
-        await self._query("SELECT 1", {})
+        await self._query(self._sql.ping, {})
 
     async def get_job(self, job_id: str) -> Job:
-        found = await self._query(sql.GET_JOB, {"id": job_id})
+        found = await self._query(self._sql.get_job, {"id": job_id})
         if not found:
             raise NotFound("job", job_id)
         return rows.job_from_row(found[0])
@@ -43,45 +46,45 @@ class SqlReads:
             "after_id": query.after_id,
             "limit": query.limit,
         }
-        return [rows.job_from_row(r) for r in await self._query(sql.LIST_JOBS, params)]
+        return [rows.job_from_row(r) for r in await self._query(self._sql.list_jobs, params)]
 
     async def due_jobs(
         self, until: datetime, limit: int, *, not_before: datetime | None = None
     ) -> list[DueJob]:
         params = {"until": to_us(until), "limit": limit, "not_before": _floor_us(not_before)}
-        found = await self._query(sql.DUE_JOBS, params)
+        found = await self._query(self._sql.due_jobs, params)
         return [rows.due_from_row(r) for r in found]
 
     async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
-        found = await self._query(sql.NEXT_DUE, {"not_before": _floor_us(not_before)})
+        found = await self._query(self._sql.next_due, {"not_before": _floor_us(not_before)})
         return rows.dt_or_none(found[0]["next_us"])
 
     async def list_runs(
         self, job_id: str, *, limit: int = 50, before_id: int | None = None
     ) -> list[Run]:
         found = await self._query(
-            sql.LIST_RUNS, {"job_id": job_id, "limit": limit, "before_id": before_id}
+            self._sql.list_runs, {"job_id": job_id, "limit": limit, "before_id": before_id}
         )
         if not found:
             await self.get_job(job_id)  # NotFound for a missing job, [] for a quiet one
         return [rows.run_from_row(r) for r in found]
 
     async def next_lease_at(self) -> datetime | None:
-        found = await self._query(sql.NEXT_LEASE, {})
+        found = await self._query(self._sql.next_lease, {})
         return rows.dt_or_none(found[0]["next_us"])
 
     async def leasable_runs(self, now: datetime) -> int:
-        found = await self._query(sql.LEASABLE_RUNS, {"now": to_us(now)})
+        found = await self._query(self._sql.leasable_runs, {"now": to_us(now)})
         return int(found[0]["n"])
 
     async def get_run(self, run_id: int) -> Run:
-        found = await self._query(sql.GET_RUN, {"id": run_id})
+        found = await self._query(self._sql.get_run, {"id": run_id})
         if not found:
             raise NotFound("run", str(run_id))
         return rows.run_from_row(found[0])
 
     async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
-        found = await self._query(sql.LIST_ATTEMPTS, {"run_id": run_id})
+        found = await self._query(self._sql.list_attempts, {"run_id": run_id})
         if not found:
             await self.get_run(run_id)
         return [rows.attempt_from_row(r) for r in found]
@@ -90,11 +93,13 @@ class SqlReads:
         self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
     ) -> list[Run]:
         params = {"limit": limit, "before_id": before_id, "job_id": job_id}
-        return [rows.run_from_row(r) for r in await self._query(sql.LIST_DEAD, params)]
+        return [
+            rows.run_from_row(r) for r in await self._query(self._sql.list_dead_letters, params)
+        ]
 
     async def stats(self) -> StoreStats:
-        states = await self._query(sql.JOB_STATE_COUNTS, {})
-        pending = await self._query(sql.PENDING_RUNS, {})
+        states = await self._query(self._sql.job_state_counts, {})
+        pending = await self._query(self._sql.pending_runs, {})
         return StoreStats(
             jobs_by_state={r["state"]: r["n"] for r in states}, runs_pending=pending[0]["n"]
         )

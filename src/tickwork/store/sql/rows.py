@@ -42,32 +42,6 @@ class Row(Protocol):
     def __getitem__(self, key: str, /) -> Any: ...
 
 
-JOB_COLUMNS = (
-    "id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, "
-    "start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, "
-    "last_fired_us, created_us, updated_us, retry_policy, webhook_secrets, on_failure"
-)
-SCHEDULE_COLUMNS = (
-    "schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, start_us, end_us, "
-    "misfire, misfire_grace_ms"
-)
-RUN_COLUMNS = (
-    "id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, "
-    "created_us, started_us, finished_us, http_status, error, dead_lettered_us, last_error"
-)
-TENANT_COLUMNS = "tenant, webhook_secrets, created_us, updated_us"
-# What a lease returns besides the run: the job's target, policy and alert, and the tenant's
-# secrets (tenant_secrets), so the worker can sign without another read.
-FIRE_COLUMNS = (
-    "id, job_id, key, scheduled_us, fence_token, attempt, target, retry_policy, "
-    "webhook_secrets, on_failure, tenant_secrets"
-)
-ATTEMPT_COLUMNS = (
-    "id, run_id, job_id, attempt, fence_token, worker, started_us, finished_us, status, "
-    "http_status, error"
-)
-
-
 def us_or_none(when: datetime | None) -> int | None:
     return None if when is None else to_us(when)
 
@@ -331,7 +305,8 @@ _cached_alert = functools.lru_cache(maxsize=_FIRE_PART_CACHE)(alert_from_json)
 
 
 def fire_from_row(row: Row, lease_until: datetime) -> Fire:
-    """A leased run joined with its job and tenant (FIRE_RETURNING's columns)."""
+    """A leased run joined with its job and tenant (the columns of the `fire_returning` and
+    `fire_join_returning` fragments, and of the claims' RETURNING lists)."""
     return Fire(
         run_id=row["id"],
         job_id=row["job_id"],
@@ -360,7 +335,7 @@ def envelope_from_row(row: Row) -> Envelope:
 
 
 def outcome_params(outcome: RunOutcome) -> dict[str, Any]:
-    """Parameters of FINISH_RUN / INSERT_ATTEMPT for one outcome."""
+    """Parameters of `finish_run` / `insert_attempt` (and finish_runs' arrays) for one outcome."""
     failed = outcome.status is RunStatus.FAILED
     return {
         "id": outcome.run_id,

@@ -26,12 +26,12 @@ from typing import Any
 
 import asyncpg
 
-from tickwork.errors import StoreError
+from tickwork.store.postgres.errors import DRIVER_ERRORS, translated
 from tickwork.timing.outage import outage_pause_s
 
 log = logging.getLogger("tickwork.store.postgres")
 
-_LOST_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+_LOST_ERRORS = DRIVER_ERRORS  # whatever the error map knows means this connection is lost
 
 
 class NotifyListener:
@@ -59,10 +59,8 @@ class NotifyListener:
     async def start(self) -> None:
         """Listen now (an error here is the caller's, as for any first connection), then
         keep listening in the background."""
-        try:
+        with translated("starting to LISTEN"):
             await self._listen()
-        except _LOST_ERRORS as exc:
-            raise StoreError(f"cannot LISTEN on PostgreSQL: {exc}") from exc
         self._keeper = asyncio.create_task(self._keep(), name="tickwork-pg-listen")
 
     async def close(self) -> None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,148 +25,26 @@ from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
-from tickwork.errors import NotFound, StaleJob, StoreError
+from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import Applied, ClaimPlan, HistoryMaintenance, Topic, Watchers
 from tickwork.store.sql import rows
-from tickwork.store.sql import statements as sql
+from tickwork.store.sql.named import Statement, load_statements
 from tickwork.store.sql.reads import SqlReads
+from tickwork.store.sqlite.connection import Connection, immediate
 
 T = TypeVar("T")
 
-# The claim's compare-and-set on one job. The in-process claim also reads what its fire needs
-# (CLAIM_JOB_FOR_FIRE); a hand-off claim reads only the new fence.
-CLAIM_JOB = """
-UPDATE tw_jobs SET fence_token = fence_token + 1, next_run_us = :new_next_us, state = :new_state,
-    last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now
-WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
-RETURNING fence_token"""
-CLAIM_JOB_FOR_FIRE = (
-    CLAIM_JOB
-    + """, target, retry_policy, webhook_secrets, on_failure,
-    (SELECT webhook_secrets FROM tw_tenants WHERE tw_tenants.tenant = tw_jobs.tenant)
-        AS tenant_secrets
-"""
-)
-# An in-process claim leases the run to its owner (attempt 1); a hand-off leaves it unowned at
-# attempt 0, leasable from its own instant (attempt 1 is the worker's lease).
-INSERT_RUN = """
-INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us)
-VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
-        :owner, :lease_until, :now)
-ON CONFLICT (key) DO NOTHING
-RETURNING id
-"""
-INSERT_HANDED_OFF_RUN = """
-INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us)
-VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
-        NULL, :fired_us, :now)
-ON CONFLICT (key) DO NOTHING
-RETURNING id
-"""
-LEASE_RUNS = (
-    """
-UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
-    lease_owner = :owner, lease_until_us = :lease_until
-WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-             ORDER BY lease_until_us LIMIT :limit)
-RETURNING id, job_id, key, scheduled_us, fence_token, attempt,"""
-    + sql.FIRE_EXTRAS
-)
-# Leases of ours that a lost lease_runs reply may have left live: same fence, a fresh lease.
-# The runs we already hold travel as JSON (SQLite has no arrays).
-TAKE_BACK_OWN = f"""
-UPDATE tw_runs SET lease_until_us = :lease_until
-WHERE id IN (SELECT id FROM tw_runs
-             WHERE status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
-               AND id NOT IN (SELECT value FROM json_each(:holding))
-             ORDER BY lease_until_us, id LIMIT :limit)
-RETURNING {sql.FIRE_RETURNING}
-"""
-EXTEND_LEASE = """
-UPDATE tw_runs SET lease_until_us = :lease_until
-WHERE id = :id AND fence_token = :fence AND status = 'pending'
-"""
-# SQLite has no arrays: a list of run ids travels as JSON text (json_each), NULL meaning all.
-REDRIVE = """
-UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
-    lease_until_us = :now
-WHERE dead_lettered_us IS NOT NULL
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-"""
-PURGE = """
-UPDATE tw_runs SET dead_lettered_us = NULL
-WHERE dead_lettered_us IS NOT NULL
-  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-"""
-
-
-class _Connection:
-    """One sqlite3 connection confined to one thread."""
-
-    def __init__(self, path: Path, *, readonly: bool) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tickwork-sqlite")
-        self._path = path
-        self._readonly = readonly
-        self._conn: sqlite3.Connection | None = None
-
-    async def open(self) -> None:
-        await self.run(lambda _: None)
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._call, fn)
-
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._conn is None:
-            self._conn = self._connect()
-        try:
-            return fn(self._conn)
-        except sqlite3.Error as exc:
-            if self._conn.in_transaction:
-                self._conn.rollback()
-            raise StoreError(f"SQLite error on {self._path}: {exc}") from exc
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode = WAL")
-        # FULL: a committed claim survives power loss, not just a process crash.
-        conn.execute("PRAGMA synchronous = FULL")
-        if self._readonly:
-            conn.execute("PRAGMA query_only = ON")
-        return conn
-
-    async def close(self) -> None:
-        def _close(_: sqlite3.Connection) -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        if self._conn is not None:
-            await self.run(_close)
-        self._pool.shutdown(wait=True)
-
-
-def _immediate(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn(conn)
-    except BaseException:
-        conn.rollback()
-        raise
-    conn.commit()
-    return result
+SQL = load_statements("common", "sqlite", numbered=False)
 
 
 class SqliteStore(SqlReads):
     def __init__(self, path: str | Path, *, migrate: bool = True) -> None:
         self.path = Path(path)
         self._migrate = migrate
-        self._writer = _Connection(self.path, readonly=False)
-        self._reader = _Connection(self.path, readonly=True)
+        self._writer = Connection(self.path, readonly=False)
+        self._reader = Connection(self.path, readonly=True)
         self._watchers = Watchers()
+        self._sql = SQL
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,35 +63,37 @@ class SqliteStore(SqlReads):
         return self._watchers.watch(topic)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._writer.run(lambda conn: _immediate(conn, fn))
+        return await self._writer.run(lambda conn: immediate(conn, fn))
 
-    async def _query(self, statement: str, params: dict[str, Any]) -> list[sqlite3.Row]:
-        return await self._reader.run(lambda conn: conn.execute(statement, params).fetchall())
+    async def _query(self, statement: Statement, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+        return await self._reader.run(lambda conn: conn.execute(statement.text, params).fetchall())
 
     # -- jobs -------------------------------------------------------------------------------
     async def create_job(self, job: Job) -> Job:
-        await self._write(lambda conn: conn.execute(sql.INSERT_JOB, rows.job_params(job)))
+        await self._write(lambda conn: conn.execute(SQL.insert_job.text, rows.job_params(job)))
         self._watchers.notify("jobs")
         return job
 
     async def update_job(self, job: Job) -> Job:
-        def update(conn: sqlite3.Connection) -> tuple[int, sqlite3.Row | None]:
-            changed = conn.execute(sql.UPDATE_JOB, rows.job_params(job)).rowcount
-            found: sqlite3.Row | None = conn.execute(sql.GET_JOB, {"id": job.id}).fetchone()
-            return changed, found
+        def update(conn: sqlite3.Connection) -> tuple[sqlite3.Row | None, bool]:
+            updated: sqlite3.Row | None = conn.execute(
+                SQL.update_job.text, rows.job_params(job)
+            ).fetchone()
+            exists = updated is not None or _exists(conn, job.id)
+            return updated, exists
 
-        changed, row = await self._write(update)
-        if row is None:
+        row, exists = await self._write(update)
+        if not exists:
             raise NotFound("job", job.id)
-        if not changed:
+        if row is None:
             raise StaleJob(f"job {job.id!r} was claimed since it was read")
         self._watchers.notify("jobs")
         return rows.job_from_row(row)
 
     async def delete_job(self, job_id: str) -> None:
         def delete(conn: sqlite3.Connection) -> int:
-            conn.execute(sql.DELETE_RUNS_OF_JOB, {"id": job_id})
-            return conn.execute(sql.DELETE_JOB, {"id": job_id}).rowcount
+            conn.execute(SQL.delete_runs_of_job.text, {"id": job_id})
+            return conn.execute(SQL.delete_job.text, {"id": job_id}).rowcount
 
         deleted = await self._write(delete)
         if not deleted:
@@ -251,8 +130,8 @@ class SqliteStore(SqlReads):
         params = {"job_id": job_id, "key": key, "now": to_us(now)}
 
         def insert(conn: sqlite3.Connection) -> sqlite3.Row | None:
-            conn.execute(sql.INSERT_MANUAL_RUN, params)
-            found: sqlite3.Row | None = conn.execute(sql.GET_RUN_BY_KEY, params).fetchone()
+            conn.execute(SQL.insert_manual_run.text, params)
+            found: sqlite3.Row | None = conn.execute(SQL.get_run_by_key.text, params).fetchone()
             return found
 
         row = await self._write(insert)
@@ -270,7 +149,9 @@ class SqliteStore(SqlReads):
             "now": to_us(now),
             "limit": limit,
         }
-        leased = await self._write(lambda conn: conn.execute(LEASE_RUNS, params).fetchall())
+        leased = await self._write(
+            lambda conn: conn.execute(SQL.lease_runs.text, params).fetchall()
+        )
         return [rows.fire_from_row(r, lease_until) for r in leased]
 
     async def lease_run(
@@ -278,18 +159,18 @@ class SqliteStore(SqlReads):
     ) -> Fire | None:
         params = {"id": run_id, "fence": fence_token, "owner": owner}
         params["lease_until"] = to_us(lease_until)
-        found = await self._write(lambda conn: conn.execute(sql.LEASE_RUN, params).fetchone())
+        found = await self._write(lambda conn: conn.execute(SQL.lease_run.text, params).fetchone())
         return None if found is None else rows.fire_from_row(found, lease_until)
 
     async def lease_fenced_runs(
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
     ) -> list[Fire]:
-        return await self._by_fence(sql.LEASE_RUN, leases, owner, lease_until)
+        return await self._by_fence(SQL.lease_run.text, leases, owner, lease_until)
 
     async def relet_own_runs(
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
     ) -> list[Fire]:
-        return await self._by_fence(sql.RELET_OWN_RUN, leases, owner, lease_until)
+        return await self._by_fence(SQL.relet_own_run.text, leases, owner, lease_until)
 
     async def _by_fence(
         self, statement: str, leases: Sequence[tuple[int, int]], owner: str, lease_until: datetime
@@ -326,7 +207,9 @@ class SqliteStore(SqlReads):
             "lease_until": to_us(lease_until),
             "limit": limit,
         }
-        taken = await self._write(lambda conn: conn.execute(TAKE_BACK_OWN, params).fetchall())
+        taken = await self._write(
+            lambda conn: conn.execute(SQL.take_back_own_leases.text, params).fetchall()
+        )
         return [rows.fire_from_row(r, lease_until) for r in taken]
 
     async def extend_leases(
@@ -337,7 +220,7 @@ class SqliteStore(SqlReads):
         until = to_us(lease_until)
         params = [{"id": run_id, "fence": fence, "lease_until": until} for run_id, fence in leases]
         return await self._write(
-            lambda conn: sum(conn.execute(EXTEND_LEASE, p).rowcount for p in params)
+            lambda conn: sum(conn.execute(SQL.extend_lease.text, p).rowcount for p in params)
         )
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
@@ -347,7 +230,7 @@ class SqliteStore(SqlReads):
         return Applied(await self._write(lambda conn: _finish(conn, params)))
 
     async def get_tenant(self, tenant: str) -> Tenant | None:
-        found = await self._query(sql.GET_TENANT, {"tenant": tenant})
+        found = await self._query(SQL.get_tenant, {"tenant": tenant})
         return rows.tenant_from_row(found[0]) if found else None
 
     async def set_tenant_secrets(
@@ -359,34 +242,40 @@ class SqliteStore(SqlReads):
             "now": to_us(now),
         }
         row = await self._write(
-            lambda conn: conn.execute(sql.SET_TENANT_SECRETS, params).fetchone()
+            lambda conn: conn.execute(SQL.set_tenant_secrets.text, params).fetchone()
         )
         return rows.tenant_from_row(row)
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
         params = {"ids": _id_list(run_ids), "now": to_us(now)}
-        redriven = await self._write(lambda conn: conn.execute(REDRIVE, params).rowcount)
+        redriven = await self._write(lambda conn: conn.execute(SQL.redrive.text, params).rowcount)
         if redriven:
             self._watchers.notify("runs")
         return redriven
 
     async def purge_dead_letters(self, run_ids: Sequence[int] | None) -> int:
         params = {"ids": _id_list(run_ids)}
-        return await self._write(lambda conn: conn.execute(PURGE, params).rowcount)
+        return await self._write(
+            lambda conn: conn.execute(SQL.purge_dead_letters.text, params).rowcount
+        )
 
     async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
         params = {"cutoff": to_us(finished_before), "limit": limit}
 
         def prune(conn: sqlite3.Connection) -> int:
-            gone = conn.execute(sql.PRUNE_ATTEMPTS, params).rowcount
+            gone = conn.execute(SQL.prune_attempts.text, params).rowcount
             params["limit"] = max(limit - gone, 0)
-            return gone + conn.execute(sql.PRUNE_RUNS, params).rowcount
+            return gone + conn.execute(SQL.prune_runs.text, params).rowcount
 
         return await self._write(prune)
 
     async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
         # SQLite has no partitions: prune_history's batched deletes are the whole retention.
         return HistoryMaintenance()
+
+
+def _exists(conn: sqlite3.Connection, job_id: str) -> bool:
+    return conn.execute(SQL.get_job.text, {"id": job_id}).fetchone() is not None
 
 
 def _id_list(run_ids: Sequence[int] | None) -> str | None:
@@ -396,8 +285,8 @@ def _id_list(run_ids: Sequence[int] | None) -> str | None:
 def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> list[int]:
     applied = []
     for p in params:
-        if conn.execute(sql.FINISH_RUN, p).rowcount:
-            conn.execute(sql.INSERT_ATTEMPT, p)
+        if conn.execute(SQL.finish_run.text, p).rowcount:
+            conn.execute(SQL.insert_attempt.text, p)
             applied.append(p["run_id"])
     return applied
 
@@ -446,7 +335,7 @@ def _claim(
             on_failure=rows.alert_from_json(claimed["on_failure"]),
         )
         for plan, scheduled_for, key, claimed, run_id in _claimed_runs(
-            conn, plans, common, CLAIM_JOB_FOR_FIRE, INSERT_RUN
+            conn, plans, common, SQL.claim_job_for_fire.text, SQL.insert_claimed_run.text
         )
     ]
 
@@ -464,7 +353,7 @@ def _claim_hand_off(
             attempt=0,  # a hand-off counts from its first lease
         )
         for plan, scheduled_for, key, claimed, run_id in _claimed_runs(
-            conn, plans, common, CLAIM_JOB, INSERT_HANDED_OFF_RUN
+            conn, plans, common, SQL.claim_job.text, SQL.insert_handed_off_run.text
         )
     ]
 

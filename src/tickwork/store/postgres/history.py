@@ -30,6 +30,7 @@ import hashlib
 import logging
 import re
 from datetime import datetime, timedelta
+from typing import Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -37,31 +38,19 @@ from asyncpg.pool import PoolConnectionProxy
 from tickwork.clock import to_us
 from tickwork.domain.history_partitions import Partition, PartitionPlan, plan_partitions
 from tickwork.store.base import HistoryMaintenance
-from tickwork.store.sql import statements as sql
+from tickwork.store.postgres.statements import SQL
+from tickwork.store.sql.named import Statement
 
 log = logging.getLogger("tickwork.store.postgres")
 
 Conn = asyncpg.Connection | PoolConnectionProxy  # a plain connection, or one from the pool
 
-TABLE = "tw_attempts"
-DEFAULT_PARTITION = "tw_attempts_default"
 # A fixed signed 64-bit key, like the migration lock's: sha256("tickwork-history-partitions").
 MAINTAIN_LOCK_KEY = int.from_bytes(
     hashlib.sha256(b"tickwork-history-partitions").digest()[:8], "big", signed=True
 )
 LOCK_TIMEOUT = "2s"
-COLUMNS = (
-    "id, run_id, job_id, attempt, fence_token, worker, started_us, finished_us, status, "
-    "http_status, error"
-)
-# Every partition of tw_attempts with its bound as PostgreSQL prints it.
-LIST_PARTITIONS = f"""
-SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = '{TABLE}'::regclass
-"""
-# Batched delete of the DEFAULT partition only: daily partitions are never deleted row by row.
-PRUNE_DEFAULT = sql.PRUNE_ATTEMPTS_IN.format(table=DEFAULT_PARTITION)
+
 
 # Bounds of a bigint range partition, e.g. "FOR VALUES FROM ('1764633600000000') TO (...)";
 # MINVALUE/MAXVALUE appear only in partitions an operator made by hand.
@@ -95,10 +84,10 @@ async def maintain(conn: Conn, *, now: datetime, retention: timedelta) -> Histor
     """Apply the partition plan in one transaction on `conn` (see the module docstring)."""
     try:
         async with conn.transaction():
-            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", MAINTAIN_LOCK_KEY):
+            if not await _run(conn, SQL.try_maintenance_lock, key=MAINTAIN_LOCK_KEY, fetch=True):
                 return HistoryMaintenance(skipped=True)
-            await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-            found = await conn.fetch(LIST_PARTITIONS)
+            await _run(conn, SQL.set_local_lock_timeout.format(timeout=LOCK_TIMEOUT))
+            found = await conn.fetch(SQL.list_partitions.text)
             existing = [p for r in found if (p := parse_bound(r["name"], r["bound"]))]
             plan = plan_partitions(now_us=to_us(now), retention=retention, existing=existing)
             if plan.empty:
@@ -113,10 +102,17 @@ async def maintain(conn: Conn, *, now: datetime, retention: timedelta) -> Histor
         return HistoryMaintenance(skipped=True)
 
 
+async def _run(conn: Conn, statement: Statement, *, fetch: bool = False, **values: Any) -> Any:
+    """Run a named statement with keyword values; `fetch`: return its first column."""
+    if fetch:
+        return await conn.fetchval(statement.text, *statement.args(values))
+    return await conn.execute(statement.text, *statement.args(values))
+
+
 async def _apply(conn: Conn, plan: PartitionPlan) -> HistoryMaintenance:
     mode = "ACCESS EXCLUSIVE" if plan.drop else "SHARE UPDATE EXCLUSIVE"
-    await conn.execute(f"LOCK TABLE ONLY {TABLE} IN {mode} MODE")
-    await conn.execute(f"LOCK TABLE {DEFAULT_PARTITION} IN ACCESS EXCLUSIVE MODE")
+    await _run(conn, SQL.lock_history_parent.format(mode=mode))
+    await _run(conn, SQL.lock_history_default)
     for partition in plan.create:
         await _create(conn, partition)
     kept = 0
@@ -131,31 +127,21 @@ async def _apply(conn: Conn, plan: PartitionPlan) -> HistoryMaintenance:
 
 async def _create(conn: Conn, partition: Partition) -> None:
     name = quote_ident(partition.name)
-    # LIKE copies columns and NOT NULLs but not the identity: ids come from the parent's.
-    await conn.execute(f"CREATE TABLE {name} (LIKE {TABLE})")
-    await conn.execute(
-        f"""WITH moved AS (
-            DELETE FROM {DEFAULT_PARTITION} WHERE finished_us >= $1 AND finished_us < $2
-            RETURNING {COLUMNS})
-        INSERT INTO {name} ({COLUMNS}) SELECT {COLUMNS} FROM moved""",
-        partition.from_us,
-        partition.to_us,
+    await _run(conn, SQL.create_partition.format(partition=name))
+    await _run(
+        conn,
+        SQL.move_into_partition.format(partition=name),
+        from_us=partition.from_us,
+        to_us=partition.to_us,
     )
     # Bounds are our own integers, not user input; ATTACH cannot take them as parameters.
-    await conn.execute(
-        f"ALTER TABLE {TABLE} ATTACH PARTITION {name} "
-        f"FOR VALUES FROM ({partition.from_us:d}) TO ({partition.to_us:d})"
-    )
+    bounds = {"from_us": f"{partition.from_us:d}", "to_us": f"{partition.to_us:d}"}
+    await _run(conn, SQL.attach_partition.format(partition=name, **bounds))
 
 
 async def _drop(conn: Conn, partition: Partition) -> int:
     name = quote_ident(partition.name)
-    await conn.execute(f"ALTER TABLE {TABLE} DETACH PARTITION {name}")
-    status = await conn.execute(
-        f"""INSERT INTO {TABLE} ({COLUMNS})
-        SELECT {COLUMNS} FROM {name} a
-        WHERE EXISTS (SELECT 1 FROM tw_runs r
-                      WHERE r.id = a.run_id AND r.dead_lettered_us IS NOT NULL)"""
-    )
-    await conn.execute(f"DROP TABLE {name}")
+    await _run(conn, SQL.detach_partition.format(partition=name))
+    status = await _run(conn, SQL.keep_dead_letter_attempts.format(partition=name))
+    await _run(conn, SQL.drop_partition.format(partition=name))
     return int(status.split()[-1])

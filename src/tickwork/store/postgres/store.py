@@ -1,0 +1,367 @@
+"""PostgreSQL store: many schedulers and API processes on one database.
+
+The claim is ONE statement per batch (`claim` / `claim_hand_off` in sql/postgres.sql): a
+compare-and-set on (fence_token, next_run_at) over rows taken with `FOR UPDATE SKIP LOCKED` (a
+row another scheduler is claiming is skipped, not waited for), which advances each job and
+inserts its pending run in the same transaction. Writes that should wake other processes send
+`NOTIFY tickwork, '<topic>'`; a dedicated connection LISTENs and sets this process's watch
+events.
+
+Every driver call goes through `_fetch` / `_execute` (or `translated` directly), so driver
+errors become store errors in one place (`errors.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from tickwork.clock import to_us
+from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.domain.tenants import Tenant
+from tickwork.errors import NotFound, StaleJob, StoreError
+from tickwork.store.base import Applied, ClaimPlan, HistoryMaintenance, Topic, Watchers
+from tickwork.store.postgres import history
+from tickwork.store.postgres.connect import SERVER_SETTINGS, asyncpg_dsn, keep_session
+from tickwork.store.postgres.errors import translated
+from tickwork.store.postgres.listen import NotifyListener
+from tickwork.store.postgres.statements import SQL
+from tickwork.store.sql import rows
+from tickwork.store.sql.named import Statement
+from tickwork.store.sql.reads import SqlReads
+
+log = logging.getLogger("tickwork.store.postgres")
+
+CHANNEL = "tickwork"
+
+
+class PostgresStore(SqlReads):
+    def __init__(self, url: str, *, migrate: bool = True, pool_size: int = 10) -> None:
+        self.url = url
+        self._dsn = asyncpg_dsn(url)
+        self._migrate = migrate
+        self._pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+        self._watchers = Watchers()
+        self.listener = NotifyListener(self._dsn, CHANNEL, self._on_notify, self._after_relisten)
+        self._sql = SQL
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._migrate:
+            from tickwork.store.migrate import upgrade
+
+            await upgrade(self.url)
+        with translated("connecting"):
+            self._pool = await asyncpg.create_pool(
+                self._dsn,
+                min_size=1,
+                max_size=self._pool_size,
+                server_settings=SERVER_SETTINGS,
+                reset=keep_session,
+            )
+        await self.listener.start()
+
+    async def close(self) -> None:
+        await self.listener.close()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    def watch(self, topic: Topic) -> asyncio.Event:
+        return self._watchers.watch(topic)
+
+    def _on_notify(self, payload: str) -> None:
+        if payload == "jobs":
+            self._watchers.notify("jobs")
+        elif payload == "runs":
+            self._watchers.notify("runs")
+
+    def _after_relisten(self) -> None:
+        """Wake every loop: what was notified while nobody listened must be found by a scan."""
+        self._watchers.notify("jobs")
+        self._watchers.notify("runs")
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreError("PostgresStore used before open()")
+        return self._pool
+
+    # -- the driver, behind the error map ------------------------------------------------------
+    async def _fetch(
+        self, statement: Statement, values: Mapping[str, Any], doing: str
+    ) -> list[asyncpg.Record]:
+        with translated(doing):
+            return list(await self.pool.fetch(statement.text, *statement.args(values)))
+
+    async def _execute(self, statement: Statement, values: Mapping[str, Any], doing: str) -> int:
+        """Run a write; returns how many rows it changed."""
+        with translated(doing):
+            status = await self.pool.execute(statement.text, *statement.args(values))
+        return int(status.split()[-1])
+
+    async def _query(self, statement: Statement, params: Mapping[str, Any]) -> list[asyncpg.Record]:
+        return await self._fetch(statement, params, f"running {statement.name}")
+
+    async def _write_notify(
+        self, statement: Statement, values: Mapping[str, Any], topic: Topic
+    ) -> list[asyncpg.Record]:
+        """Run one write and NOTIFY `topic` at its commit (the NOTIFY is sent at commit)."""
+        with translated(f"running {statement.name}"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                found = await conn.fetch(statement.text, *statement.args(values))
+                await self._notify(conn, topic)
+        self._watchers.notify(topic)
+        return list(found)
+
+    async def _execute_notify(
+        self, statement: Statement, values: Mapping[str, Any], topic: Topic
+    ) -> int:
+        """Run one write and NOTIFY `topic` at its commit if it changed anything."""
+        with translated(f"running {statement.name}"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                status = await conn.execute(statement.text, *statement.args(values))
+                changed = int(status.split()[-1])
+                if changed:
+                    await self._notify(conn, topic)
+        if changed:
+            self._watchers.notify(topic)
+        return changed
+
+    async def _notify(self, conn: Any, topic: Topic) -> None:
+        await conn.execute(self._sql.notify.text, CHANNEL, topic)
+
+    # -- jobs -------------------------------------------------------------------------------
+    async def create_job(self, job: Job) -> Job:
+        await self._write_notify(self._sql.insert_job, rows.job_params(job), "jobs")
+        return job
+
+    async def update_job(self, job: Job) -> Job:
+        found = await self._write_notify(self._sql.update_job, rows.job_params(job), "jobs")
+        if not found:
+            await self.get_job(job.id)  # NotFound if it is gone
+            raise StaleJob(f"job {job.id!r} was claimed since it was read")
+        return rows.job_from_row(found[0])
+
+    async def delete_job(self, job_id: str) -> None:
+        found = await self._write_notify(self._sql.delete_job_and_runs, {"id": job_id}, "jobs")
+        if not found:
+            raise NotFound("job", job_id)
+
+    # -- fire path --------------------------------------------------------------------------
+    async def claim(
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+    ) -> list[Fire]:
+        if not plans:
+            return []
+        values = _plan_columns(plans) | {
+            "owner": owner,
+            "now": to_us(now),
+            "lease_until": to_us(lease_until),
+        }
+        found = await self._fetch(self._sql.claim, values, "claiming")
+        return [rows.fire_from_row(r, lease_until) for r in found]
+
+    async def claim_hand_off(
+        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
+    ) -> list[Envelope]:
+        if not plans:
+            return []
+        values = _plan_columns(plans) | {"owner": owner, "now": to_us(now)}
+        statement = self._sql.claim_hand_off
+        with translated("claiming"):
+            found = await self.pool.fetch(statement.text, *statement.args(values))
+            if found:  # wake the workers of other processes
+                await self._notify(self.pool, "runs")
+        if found:
+            self._watchers.notify("runs")
+        return [rows.envelope_from_row(r) for r in found]
+
+    async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
+        key = occurrence_key(job_id, now, RunOrigin.MANUAL)
+        values = {"job_id": job_id, "key": key, "now": to_us(now)}
+        await self._write_notify(self._sql.insert_manual_run, values, "runs")
+        found = await self._query(self._sql.get_run_by_key, values)
+        if not found:
+            raise NotFound("job", job_id)
+        return rows.run_from_row(found[0])
+
+    async def lease_runs(
+        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+    ) -> list[Fire]:
+        values = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
+        found = await self._fetch(self._sql.lease_runs, values | {"limit": limit}, "leasing")
+        return [rows.fire_from_row(r, lease_until) for r in found]
+
+    async def lease_run(
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+    ) -> Fire | None:
+        values = {"id": run_id, "fence": fence_token, "owner": owner}
+        found = await self._fetch(
+            self._sql.lease_run, values | {"lease_until": to_us(lease_until)}, "leasing"
+        )
+        return None if not found else rows.fire_from_row(found[0], lease_until)
+
+    async def lease_fenced_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        return await self._by_fence(self._sql.lease_fenced_runs, leases, owner, lease_until)
+
+    async def relet_own_runs(
+        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+    ) -> list[Fire]:
+        return await self._by_fence(self._sql.relet_own_runs, leases, owner, lease_until)
+
+    async def take_back_own_leases(
+        self,
+        *,
+        owner: str,
+        holding: Collection[int],
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+    ) -> list[Fire]:
+        values = {
+            "owner": owner,
+            "now": to_us(now),
+            "holding": [int(i) for i in holding],
+            "lease_until": to_us(lease_until),
+            "limit": limit,
+        }
+        found = await self._fetch(self._sql.take_back_own_leases, values, "taking back leases")
+        return [rows.fire_from_row(r, lease_until) for r in found]
+
+    async def _by_fence(
+        self,
+        statement: Statement,
+        leases: Sequence[tuple[int, int]],
+        owner: str,
+        lease_until: datetime,
+    ) -> list[Fire]:
+        """Run an (:ids, :fences, :owner, :lease_until) statement returning fires."""
+        if not leases:
+            return []
+        # A pair repeated in the batch would join its row twice; one lease is all it may get.
+        unique = list(dict.fromkeys(leases))
+        values = {
+            "ids": [run_id for run_id, _ in unique],
+            "fences": [fence for _, fence in unique],
+            "owner": owner,
+            "lease_until": to_us(lease_until),
+        }
+        found = await self._fetch(statement, values, "leasing by fence")
+        return [rows.fire_from_row(r, lease_until) for r in found]
+
+    async def extend_leases(
+        self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
+    ) -> int:
+        if not leases:
+            return 0
+        values = {
+            "ids": [run_id for run_id, _ in leases],
+            "fences": [fence for _, fence in leases],
+            "lease_until": to_us(lease_until),
+        }
+        return await self._execute(self._sql.extend_leases, values, "extending leases")
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
+        if not outcomes:
+            return Applied(())
+        # One outcome per (run, fence): a repeat would join the applied row twice.
+        unique = {(o.run_id, o.fence_token): o for o in outcomes}
+        params = [rows.outcome_params(o) for o in unique.values()]
+        values = {column: [p[name] for p in params] for column, name in _OUTCOME_ARRAYS.items()}
+        applied = await self._fetch(self._sql.finish_runs, values, "recording runs")
+        return Applied(r["run_id"] for r in applied)
+
+    async def get_tenant(self, tenant: str) -> Tenant | None:
+        found = await self._query(self._sql.get_tenant, {"tenant": tenant})
+        return rows.tenant_from_row(found[0]) if found else None
+
+    async def set_tenant_secrets(
+        self, tenant: str, secrets: Sequence[str], *, now: datetime
+    ) -> Tenant:
+        values = {
+            "tenant": tenant,
+            "webhook_secrets": rows.secrets_json(tuple(secrets)),
+            "now": to_us(now),
+        }
+        found = await self._query(self._sql.set_tenant_secrets, values)
+        return rows.tenant_from_row(found[0])
+
+    async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
+        values = {"ids": None if run_ids is None else list(run_ids), "now": to_us(now)}
+        return await self._execute_notify(self._sql.redrive, values, "runs")
+
+    async def purge_dead_letters(self, run_ids: Sequence[int] | None) -> int:
+        values = {"ids": None if run_ids is None else list(run_ids)}
+        return await self._execute(self._sql.purge_dead_letters, values, "purging")
+
+    async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
+        cutoff = to_us(finished_before)
+        gone = 0
+        # Attempts only from DEFAULT: daily partitions go whole, in maintain_history (ADR 0007).
+        for statement in (self._sql.prune_default_attempts, self._sql.prune_runs):
+            values = {"cutoff": cutoff, "limit": max(limit - gone, 0)}
+            gone += await self._execute(statement, values, "pruning history")
+        return gone
+
+    async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
+        with translated("maintaining history partitions"):
+            async with self.pool.acquire() as conn:
+                return await history.maintain(conn, now=now, retention=retention)
+
+
+# finish_runs' array parameters, by the outcome_params name each is built from.
+_OUTCOME_ARRAYS = {
+    "ids": "id",
+    "fences": "fence",
+    "statuses": "status",
+    "started_us": "started_us",
+    "finished_us": "finished_us",
+    "http_statuses": "http_status",
+    "errors": "error",
+    "dead_us": "dead_us",
+    "retry_us": "retry_us",
+    "job_ids": "job_id",
+    "attempts": "attempt",
+    "workers": "worker",
+}
+
+
+def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
+    """The plans as parallel arrays for unnest(): one round trip for the whole batch."""
+    ids, fences, expected, new_next, states, fired, coalesced, keys = ([] for _ in range(8))
+    for plan in plans:
+        completed = plan.new_next_run_at is None
+        ids.append(plan.job_id)
+        fences.append(plan.expected_fence)
+        expected.append(to_us(plan.expected_next_run_at))
+        # A completed job keeps its last next_run_us so the API can still show it.
+        new_next.append(to_us(plan.new_next_run_at or plan.expected_next_run_at))
+        states.append((JobState.COMPLETED if completed else JobState.SCHEDULED).value)
+        fired.append(rows.us_or_none(plan.scheduled_for))
+        coalesced.append(plan.coalesced)
+        keys.append(occurrence_key(plan.job_id, plan.scheduled_for) if plan.scheduled_for else None)
+    return {
+        "ids": ids,
+        "fences": fences,
+        "expected_us": expected,
+        "new_next_us": new_next,
+        "new_states": states,
+        "fired_us": fired,
+        "coalesced": coalesced,
+        "keys": keys,
+    }

@@ -1,0 +1,169 @@
+-- The statements that SQLite and PostgreSQL run as they are written here, with :named
+-- parameters (tickwork.store.sql.named loads this file before each dialect's own file).
+-- The dialects' hot statements (claims, leases, outcomes) differ and live in sqlite.sql and
+-- postgres.sql. Instants are BIGINT microseconds since the Unix epoch (ADR 0003).
+
+-- fragment: job_columns
+-- Every column of tw_jobs that rows.job_from_row reads, in rows.job_params' names.
+id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us,
+start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, last_fired_us,
+created_us, updated_us, retry_policy, webhook_secrets, on_failure
+
+-- fragment: schedule_columns
+-- The columns of tw_jobs that make up a Schedule (rows.schedule_from_row).
+schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, start_us, end_us, misfire,
+misfire_grace_ms
+
+-- fragment: run_columns
+-- Every column of tw_runs that rows.run_from_row reads.
+id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, created_us,
+started_us, finished_us, http_status, error, dead_lettered_us, last_error
+
+-- fragment: attempt_columns
+-- Every column of tw_attempts (rows.attempt_from_row).
+id, run_id, job_id, attempt, fence_token, worker, started_us, finished_us, status, http_status,
+error
+
+-- fragment: tenant_columns
+-- Every column of tw_tenants (rows.tenant_from_row).
+tenant, webhook_secrets, created_us, updated_us
+
+-- fragment: fire_returning
+-- What a lease of tw_runs returns (rows.fire_from_row): the run and, by primary-key lookups,
+-- its job's and tenant's columns, so a worker signs and retries without another read.
+-- Subqueries rather than a join because SQLite's RETURNING cannot name the tables of an
+-- UPDATE ... FROM; PostgreSQL's batch leases join instead (postgres.sql says why).
+id, job_id, key, scheduled_us, fence_token, attempt,
+    (SELECT target FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS target,
+    (SELECT retry_policy FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS retry_policy,
+    (SELECT webhook_secrets FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS webhook_secrets,
+    (SELECT on_failure FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS on_failure,
+    (SELECT t.webhook_secrets FROM tw_tenants t JOIN tw_jobs j ON t.tenant = j.tenant
+     WHERE j.id = tw_runs.job_id) AS tenant_secrets
+
+-- name: ping
+-- The cheapest round trip that proves the database answers (health checks).
+SELECT 1
+
+-- name: insert_job
+-- Store a new job (create_job).
+INSERT INTO tw_jobs ({job_columns})
+VALUES (:id, :tenant, :name, :state, :schedule_kind, :cron_expr, :timezone, :every_ms,
+        :anchor_us, :at_us, :start_us, :end_us, :misfire, :misfire_grace_ms, :target,
+        :next_run_us, :fence_token, :last_fired_us, :created_us, :updated_us, :retry_policy,
+        :webhook_secrets, :on_failure)
+
+-- name: get_job
+-- One job by id.
+SELECT {job_columns} FROM tw_jobs WHERE id = :id
+
+-- name: update_job
+-- Overwrite a job's editable fields if its fence is still the one read (no row: stale or gone).
+UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
+    schedule_kind = :schedule_kind, cron_expr = :cron_expr, timezone = :timezone,
+    every_ms = :every_ms, anchor_us = :anchor_us, at_us = :at_us, start_us = :start_us,
+    end_us = :end_us, misfire = :misfire, misfire_grace_ms = :misfire_grace_ms,
+    target = :target, next_run_us = :next_run_us, updated_us = :updated_us,
+    retry_policy = :retry_policy, webhook_secrets = :webhook_secrets, on_failure = :on_failure
+WHERE id = :id AND fence_token = :fence_token
+RETURNING {job_columns}
+
+-- name: list_jobs
+-- A page of jobs in id (creation) order after :after_id, optionally filtered.
+SELECT {job_columns} FROM tw_jobs
+WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
+  AND (CAST(:tenant AS TEXT) IS NULL OR tenant = :tenant)
+  AND (CAST(:name_prefix AS TEXT) IS NULL
+       OR substr(name, 1, length(:name_prefix)) = :name_prefix)
+  AND (CAST(:after_id AS TEXT) IS NULL OR id > :after_id)
+ORDER BY id LIMIT :limit
+
+-- name: due_jobs
+-- The due-scan: scheduled jobs due by :until, from the scan floor :not_before (ADR 0008).
+-- Served by the partial index tw_jobs_due, which holds only schedulable rows.
+SELECT id, fence_token, next_run_us, {schedule_columns} FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_before
+ORDER BY next_run_us LIMIT :limit
+
+-- name: next_due
+-- The earliest next_run_us of any scheduled job at or after the scan floor (the sleep target).
+SELECT min(next_run_us) AS next_us FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us >= :not_before
+
+-- name: insert_manual_run
+-- Record an out-of-schedule occurrence at :now, unowned and leasable at once.
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
+                     lease_owner, lease_until_us, created_us)
+SELECT id, :key, 'manual', :now, 'pending', 0, fence_token, 0, NULL, :now, :now
+FROM tw_jobs WHERE id = :job_id
+ON CONFLICT (key) DO NOTHING
+
+-- name: get_run_by_key
+-- One run by its occurrence key.
+SELECT {run_columns} FROM tw_runs WHERE key = :key
+
+-- name: list_runs
+-- A page of one job's runs, newest first, before :before_id.
+SELECT {run_columns} FROM tw_runs
+WHERE job_id = :job_id AND (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
+ORDER BY id DESC LIMIT :limit
+
+-- name: get_run
+-- One run by id.
+SELECT {run_columns} FROM tw_runs WHERE id = :id
+
+-- name: list_attempts
+-- Every recorded attempt of one run, oldest first.
+SELECT {attempt_columns} FROM tw_attempts WHERE run_id = :run_id ORDER BY attempt, id
+
+-- name: list_dead_letters
+-- A page of the dead-letter queue, newest run first, optionally of one job.
+SELECT {run_columns} FROM tw_runs
+WHERE dead_lettered_us IS NOT NULL
+  AND (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
+  AND (CAST(:job_id AS TEXT) IS NULL OR job_id = :job_id)
+ORDER BY id DESC LIMIT :limit
+
+-- name: lease_run
+-- Lease one pending run if its fence is still the one the envelope carried (fence + 1).
+-- A redelivered or superseded envelope finds the fence moved and leases nothing.
+UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until_us = :lease_until
+WHERE id = :id AND fence_token = :fence AND status = 'pending'
+RETURNING {fire_returning}
+
+-- name: next_lease
+-- The earliest instant at which some pending run's lease is, or becomes, free.
+SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'
+
+-- name: prune_runs
+-- Delete a batch of finished runs (not dead letters) that finished before :cutoff.
+DELETE FROM tw_runs WHERE id IN (
+    SELECT id FROM tw_runs
+    WHERE status <> 'pending' AND dead_lettered_us IS NULL AND finished_us < :cutoff
+    ORDER BY finished_us LIMIT :limit)
+
+-- name: get_tenant
+-- One tenant's settings (no row: the tenant has none).
+SELECT {tenant_columns} FROM tw_tenants WHERE tenant = :tenant
+
+-- name: set_tenant_secrets
+-- Upsert a tenant's signing secrets; the row keeps any other settings it holds.
+INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)
+VALUES (:tenant, :webhook_secrets, :now, :now)
+ON CONFLICT (tenant) DO UPDATE SET webhook_secrets = excluded.webhook_secrets,
+    updated_us = excluded.updated_us
+RETURNING {tenant_columns}
+
+-- name: job_state_counts
+-- How many jobs are in each state (stats).
+SELECT state, count(*) AS n FROM tw_jobs GROUP BY state
+
+-- name: pending_runs
+-- How many runs are pending, leased or not (stats).
+SELECT count(*) AS n FROM tw_runs WHERE status = 'pending'
+
+-- name: leasable_runs
+-- The table queue's depth: pending runs a worker could lease at :now. Served by the partial
+-- index tw_runs_pending, so it never reads finished history.
+SELECT count(*) AS n FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now

@@ -1,0 +1,267 @@
+-- PostgreSQL's own statements; with common.sql they are every statement the PostgreSQL store
+-- runs. Batches travel as parallel arrays (unnest), so one round trip and one statement serve
+-- a whole batch. The store runs with plan_cache_mode = force_custom_plan: a generic plan cached
+-- while a table was small or empty can stay slow after it fills.
+
+-- name: notify
+-- Wake other processes: LISTENers of :channel learn that :topic ("jobs" or "runs") changed.
+SELECT pg_notify(:channel, :topic)
+
+-- name: delete_job_and_runs
+-- Delete a job and its runs in one statement (tw_runs has no foreign key: its trigger cost
+-- ~20 ms per 1,000-fire claim). Returns the job's id, or nothing if it did not exist.
+WITH gone AS (DELETE FROM tw_runs WHERE job_id = :id)
+DELETE FROM tw_jobs WHERE id = :id RETURNING id
+
+-- fragment: claim_jobs
+-- Both claims' compare-and-set and advance, as CTEs: the plans arrive as arrays; `locked`
+-- keeps the jobs still scheduled at the plan's fence and next_run_us, skipping rows another
+-- scheduler holds (SKIP LOCKED: skipped, not waited for); `claimed` bumps each fence and
+-- advances the job (or completes it), recording :owner as its last claimer.
+WITH plan AS (
+    SELECT * FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
+                         :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
+                         :coalesced::int[], :keys::text[])
+        AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key)
+),
+locked AS (
+    SELECT p.* FROM tw_jobs j JOIN plan p ON j.id = p.id
+    WHERE j.id = ANY(:ids::text[])
+      AND j.state = 'scheduled' AND j.fence_token = p.fence AND j.next_run_us = p.expected_us
+    FOR UPDATE OF j SKIP LOCKED
+),
+claimed AS (
+    UPDATE tw_jobs j
+    SET fence_token = j.fence_token + 1, next_run_us = l.new_next_us, state = l.new_state,
+        last_fired_us = coalesce(l.fired_us, j.last_fired_us), claimed_by = :owner,
+        claimed_us = :now
+    FROM locked l
+    WHERE j.id = l.id
+    RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key
+)
+
+-- name: claim
+-- Claim, advance and record a batch of plans for an in-process executor: each new run is
+-- leased to the claimer until :lease_until at attempt 1 and comes back as a whole fire.
+-- The last join reads the job's columns from the statement's snapshot of tw_jobs by primary
+-- key (the claim does not change them). Joining `inserted` to `claimed` instead made the
+-- planner, which estimates both CTEs at one row, run a nested loop of batch x batch
+-- comparisons (200 ms of 250 ms per 1,000-row claim).
+{claim_jobs},
+inserted AS (
+    INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                         coalesced, lease_owner, lease_until_us, created_us)
+    SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, :owner,
+           :lease_until, :now
+    FROM claimed WHERE fired_us IS NOT NULL
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id, job_id, key, scheduled_us, fence_token, attempt
+)
+SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
+       j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
+FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+
+-- name: claim_hand_off
+-- Claim, advance and record a batch of plans for workers in other processes: each new run is
+-- left unowned at attempt 0, leasable from its own instant. Returns only the envelope's
+-- columns, straight from the insert (no join, no job text to send or decode).
+{claim_jobs}
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                     coalesced, lease_owner, lease_until_us, created_us)
+SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL, fired_us, :now
+FROM claimed WHERE fired_us IS NOT NULL
+ON CONFLICT (key) DO NOTHING
+RETURNING id, job_id, key, scheduled_us, fence_token, attempt
+
+-- fragment: fire_join_returning
+-- A batch lease's RETURNING list: the run, and its job's and tenant's columns from one join
+-- (FROM tw_jobs j LEFT JOIN tw_tenants t), not from fire_returning's five lookups by primary
+-- key: every claim leaves a dead version of the job row until vacuum, and each lookup walked
+-- them; with five per run the lease cost ~100 us per fire at 3,000/s.
+r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.retry_policy,
+    j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
+
+-- name: lease_runs
+-- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
+-- soonest first (fence + 1, attempt + 1), skipping rows another worker is leasing.
+UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
+    lease_owner = :owner, lease_until_us = :lease_until
+FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+WHERE r.id = ANY(ARRAY(
+        SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+        ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED))
+  AND j.id = r.job_id
+RETURNING {fire_join_returning}
+
+-- fragment: locked_by_fence
+-- `locked`: the runs named by the CTE `pairs` (id, fence) that are still pending at that
+-- fence, locked. Each is reached through the primary key, one lookup per pair (LATERAL ...
+-- LIMIT 1 cannot be flattened into a join), never through tw_runs_pending: in a burst the
+-- planner's statistics still say that pending runs are rare while 100,000 are pending, and
+-- the join it planned on that belief read every pending run for each batch (ADR 0012). Pairs
+-- are walked in id order, so two workers locking overlapping batches (a redelivered message)
+-- queue behind each other instead of deadlocking; a waiter re-checks the fence on the row's
+-- new version and finds it moved. Statements that use it update
+-- `id = ANY(ARRAY(SELECT id FROM locked))` with no second check: the rows are locked.
+locked AS (
+    SELECT r.id FROM (SELECT * FROM pairs ORDER BY id) w CROSS JOIN LATERAL (
+        SELECT id FROM tw_runs
+        WHERE id = w.id AND fence_token = w.fence AND status = 'pending'
+        LIMIT 1 FOR UPDATE
+    ) r
+)
+
+-- name: lease_fenced_runs
+-- Lease the runs of a batch of envelopes fetched from an external queue: the same
+-- compare-and-set on the fence as lease_run, for (:ids, :fences) pairs in one statement.
+WITH pairs AS (SELECT * FROM unnest(:ids::bigint[], :fences::bigint[]) AS p(id, fence)),
+{locked_by_fence}
+UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
+    lease_owner = :owner, lease_until_us = :lease_until
+FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
+RETURNING {fire_join_returning}
+
+-- name: relet_own_runs
+-- Take back leases of ours whose reply was lost: each (:ids, :fences) pair still pending,
+-- leased to :owner at exactly that fence, gets :lease_until; the fence stays.
+UPDATE tw_runs SET lease_until_us = :lease_until
+FROM unnest(:ids::bigint[], :fences::bigint[]) AS w(run_id, fence)
+WHERE tw_runs.id = w.run_id AND tw_runs.fence_token = w.fence AND tw_runs.status = 'pending'
+    AND tw_runs.lease_owner = :owner
+RETURNING {fire_returning}
+
+-- name: take_back_own_leases
+-- Take back the live leases of ours that a lost lease_runs reply left behind (those not in
+-- :holding): the fence stays, the lease is renewed. The inner select finds them through the
+-- pending-lease index and locks them, waiting rather than skipping, so a run is not missed for
+-- a lease TTL because a moment's lock hid it; a lock that waits re-checks the row, so a run
+-- finished or leased elsewhere meanwhile drops out, and the outer WHERE says so once more.
+UPDATE tw_runs SET lease_until_us = :lease_until
+WHERE id = ANY(ARRAY(
+        SELECT id FROM tw_runs
+        WHERE status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
+          AND id <> ALL(:holding::bigint[])
+        ORDER BY lease_until_us, id LIMIT :limit FOR UPDATE))
+  AND status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
+RETURNING {fire_returning}
+
+-- name: extend_leases
+-- Heartbeat: move the lease of each pending (:ids, :fences) pair whose fence is still ours.
+UPDATE tw_runs r SET lease_until_us = :lease_until
+FROM unnest(:ids::bigint[], :fences::bigint[]) AS l(id, fence)
+WHERE r.id = l.id AND r.fence_token = l.fence AND r.status = 'pending'
+
+-- name: finish_runs
+-- Apply a batch of outcomes and append the applied ones to the attempt history, in one
+-- statement: an outcome applies only if its run is still pending at its fence.
+WITH o AS (
+    SELECT * FROM unnest(:ids::bigint[], :fences::bigint[], :statuses::text[],
+                         :started_us::bigint[], :finished_us::bigint[], :http_statuses::int[],
+                         :errors::text[], :dead_us::bigint[], :retry_us::bigint[],
+                         :job_ids::text[], :attempts::int[], :workers::text[])
+        AS o(id, fence, status, started_us, finished_us, http_status, error, dead_us,
+             retry_us, job_id, attempt, worker)
+),
+pairs AS (SELECT id, fence FROM o),
+{locked_by_fence},
+applied AS (
+    UPDATE tw_runs r SET status = o.status, started_us = o.started_us,
+        finished_us = o.finished_us, http_status = o.http_status, error = o.error,
+        last_error = o.error, dead_lettered_us = o.dead_us, lease_owner = NULL,
+        lease_until_us = o.retry_us
+    FROM o
+    WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND r.id = o.id AND r.fence_token = o.fence
+    RETURNING r.id, r.fence_token
+)
+INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
+                         status, http_status, error)
+SELECT o.id, o.job_id, o.attempt, o.fence, o.worker, o.started_us, o.finished_us, o.status,
+       o.http_status, o.error
+-- Joined on the fence too: a stale outcome of the same run in this batch must not ride along
+-- on the current one's update (the chaos harness found two successes recorded that way).
+FROM o JOIN applied a ON a.id = o.id AND a.fence_token = o.fence
+RETURNING run_id
+
+-- name: redrive
+-- Put dead letters (:ids; NULL: all) back to pending, leasable at :now.
+UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
+    lease_until_us = :now
+WHERE dead_lettered_us IS NOT NULL AND (:ids::bigint[] IS NULL OR id = ANY(:ids::bigint[]))
+
+-- name: purge_dead_letters
+-- Take dead letters (:ids; NULL: all) out of the queue; they stay failed in the history.
+UPDATE tw_runs SET dead_lettered_us = NULL
+WHERE dead_lettered_us IS NOT NULL AND (:ids::bigint[] IS NULL OR id = ANY(:ids::bigint[]))
+
+-- History partitions of tw_attempts (ADR 0007; tickwork.store.postgres.history applies them).
+
+-- fragment: history_columns
+-- Every column of tw_attempts, as rows move between partitions.
+id, run_id, job_id, attempt, fence_token, worker, started_us, finished_us, status,
+http_status, error
+
+-- name: prune_default_attempts
+-- Delete a batch of attempts older than :cutoff from the DEFAULT partition only, except dead
+-- letters' (daily partitions are never deleted row by row: they are dropped whole).
+DELETE FROM tw_attempts_default WHERE id IN (
+    SELECT a.id FROM tw_attempts_default a
+    WHERE a.finished_us < :cutoff
+      AND NOT EXISTS (SELECT 1 FROM tw_runs r
+                      WHERE r.id = a.run_id AND r.dead_lettered_us IS NOT NULL)
+    ORDER BY a.finished_us LIMIT :limit)
+
+-- name: try_maintenance_lock
+-- Become the one process maintaining partitions in this transaction, or learn that another is.
+SELECT pg_try_advisory_xact_lock(:key)
+
+-- name: set_local_lock_timeout
+-- Bound how long this maintenance transaction waits for a table lock ({timeout}, e.g. '2s').
+SET LOCAL lock_timeout = '{timeout}'
+
+-- name: list_partitions
+-- Every partition of tw_attempts, with its bound as PostgreSQL prints it.
+SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'tw_attempts'::regclass
+
+-- name: lock_history_parent
+-- Lock tw_attempts before its DEFAULT partition, the order an insert takes them ({mode}:
+-- SHARE UPDATE EXCLUSIVE to attach, ACCESS EXCLUSIVE to detach and drop).
+LOCK TABLE ONLY tw_attempts IN {mode} MODE
+
+-- name: lock_history_default
+-- Lock the DEFAULT partition, after its parent.
+LOCK TABLE tw_attempts_default IN ACCESS EXCLUSIVE MODE
+
+-- name: create_partition
+-- A new day's table, shaped like tw_attempts (LIKE copies columns and NOT NULLs, not the
+-- identity: ids keep coming from the parent's).
+CREATE TABLE {partition} (LIKE tw_attempts)
+
+-- name: move_into_partition
+-- Move the day's rows [:from_us, :to_us) out of DEFAULT into the new partition.
+WITH moved AS (
+    DELETE FROM tw_attempts_default WHERE finished_us >= :from_us AND finished_us < :to_us
+    RETURNING {history_columns})
+INSERT INTO {partition} ({history_columns}) SELECT {history_columns} FROM moved
+
+-- name: attach_partition
+-- Attach the filled day; the bounds are tickwork's own integers ({from_us}, {to_us}), since
+-- ATTACH cannot take parameters.
+ALTER TABLE tw_attempts ATTACH PARTITION {partition} FOR VALUES FROM ({from_us}) TO ({to_us})
+
+-- name: detach_partition
+-- Detach an expired day before dropping it.
+ALTER TABLE tw_attempts DETACH PARTITION {partition}
+
+-- name: keep_dead_letter_attempts
+-- Copy the attempts of dead-lettered runs out of a detached day back into tw_attempts (they
+-- land in DEFAULT, where prune_default_attempts deletes them once redriven or purged).
+INSERT INTO tw_attempts ({history_columns})
+SELECT {history_columns} FROM {partition} a
+WHERE EXISTS (SELECT 1 FROM tw_runs r WHERE r.id = a.run_id AND r.dead_lettered_us IS NOT NULL)
+
+-- name: drop_partition
+-- Drop a detached day: O(1), and no dead tuples left to vacuum.
+DROP TABLE {partition}

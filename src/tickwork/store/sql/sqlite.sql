@@ -1,0 +1,119 @@
+-- SQLite's own statements; with common.sql they are every statement the SQLite store runs.
+-- SQLite has no SKIP LOCKED and no arrays: every write runs in one BEGIN IMMEDIATE
+-- transaction (the store's writer thread), batches loop over per-row statements inside it, and
+-- lists of ids travel as JSON text read with json_each.
+
+-- name: delete_job
+-- Delete one job (its runs go first, in the same transaction: tw_runs has no foreign key).
+DELETE FROM tw_jobs WHERE id = :id
+
+-- name: delete_runs_of_job
+-- Delete every run of one job, before the job itself.
+DELETE FROM tw_runs WHERE job_id = :id
+
+-- fragment: claim_job_cas
+-- The claim's compare-and-set on one job: it moves only if it is still scheduled at the fence
+-- and next_run_us that the plan was made from; then the fence goes up by one and the job
+-- advances (or completes).
+UPDATE tw_jobs SET fence_token = fence_token + 1, next_run_us = :new_next_us, state = :new_state,
+    last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now
+WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
+RETURNING fence_token
+
+-- name: claim_job
+-- Claim one job for a hand-off (workers in other processes): returns only the new fence.
+{claim_job_cas}
+
+-- name: claim_job_for_fire
+-- Claim one job for an in-process fire: the new fence and what the fire needs to run.
+{claim_job_cas}, target, retry_policy, webhook_secrets, on_failure,
+    (SELECT webhook_secrets FROM tw_tenants WHERE tw_tenants.tenant = tw_jobs.tenant)
+        AS tenant_secrets
+
+-- name: insert_claimed_run
+-- The run of an in-process claim: leased to the claimer at attempt 1 (nothing if the
+-- occurrence already has a run: it never fires twice).
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
+                     lease_owner, lease_until_us, created_us)
+VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
+        :owner, :lease_until, :now)
+ON CONFLICT (key) DO NOTHING
+RETURNING id
+
+-- name: insert_handed_off_run
+-- The run of a hand-off claim: unowned at attempt 0, leasable from its own instant (the
+-- worker's lease makes it attempt 1).
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
+                     lease_owner, lease_until_us, created_us)
+VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
+        NULL, :fired_us, :now)
+ON CONFLICT (key) DO NOTHING
+RETURNING id
+
+-- name: lease_runs
+-- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
+-- soonest first (fence + 1, attempt + 1).
+UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until_us = :lease_until
+WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+             ORDER BY lease_until_us LIMIT :limit)
+RETURNING {fire_returning}
+
+-- name: relet_own_run
+-- Take back a lease of ours whose reply was lost: same fence, same owner, a fresh lease.
+UPDATE tw_runs SET lease_until_us = :lease_until
+WHERE id = :id AND fence_token = :fence AND status = 'pending' AND lease_owner = :owner
+RETURNING {fire_returning}
+
+-- name: take_back_own_leases
+-- Take back the live leases of ours that a lost lease_runs reply left behind (those not in
+-- :holding, a JSON list of run ids): same fence, a fresh lease.
+UPDATE tw_runs SET lease_until_us = :lease_until
+WHERE id IN (SELECT id FROM tw_runs
+             WHERE status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
+               AND id NOT IN (SELECT value FROM json_each(:holding))
+             ORDER BY lease_until_us, id LIMIT :limit)
+RETURNING {fire_returning}
+
+-- name: extend_lease
+-- Heartbeat: move one pending run's lease if its fence is still ours.
+UPDATE tw_runs SET lease_until_us = :lease_until
+WHERE id = :id AND fence_token = :fence AND status = 'pending'
+
+-- name: finish_run
+-- Apply one outcome if the run is still pending at the outcome's fence (a zombie's late
+-- outcome changes nothing); the store records the attempt only when this changed a row.
+UPDATE tw_runs SET status = :status, started_us = :started_us, finished_us = :finished_us,
+    http_status = :http_status, error = :error, last_error = :error,
+    dead_lettered_us = :dead_us, lease_owner = NULL, lease_until_us = :retry_us
+WHERE id = :id AND fence_token = :fence AND status = 'pending'
+
+-- name: insert_attempt
+-- Append one applied outcome to the attempt history.
+INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
+                         status, http_status, error)
+VALUES (:run_id, :job_id, :attempt, :fence, :worker, :started_us, :finished_us, :status,
+        :http_status, :error)
+
+-- name: redrive
+-- Put dead letters (:ids, a JSON list; NULL: all) back to pending, leasable at :now.
+UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
+    lease_until_us = :now
+WHERE dead_lettered_us IS NOT NULL
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+
+-- name: purge_dead_letters
+-- Take dead letters (:ids, a JSON list; NULL: all) out of the queue; they stay failed.
+UPDATE tw_runs SET dead_lettered_us = NULL
+WHERE dead_lettered_us IS NOT NULL
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+
+-- name: prune_attempts
+-- Delete a batch of attempts that finished before :cutoff, except dead letters' (ADR 0005:
+-- the DLQ is where an operator reads why a run failed, until it is redriven or purged).
+DELETE FROM tw_attempts WHERE id IN (
+    SELECT a.id FROM tw_attempts a
+    WHERE a.finished_us < :cutoff
+      AND NOT EXISTS (SELECT 1 FROM tw_runs r
+                      WHERE r.id = a.run_id AND r.dead_lettered_us IS NOT NULL)
+    ORDER BY a.finished_us LIMIT :limit)
