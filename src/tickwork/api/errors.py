@@ -1,25 +1,32 @@
 """Every error the API returns has one shape: `{"error": {"code", "message", "field"}}`.
 
-Which exception becomes which response:
+Which exception becomes which response (tickwork's own errors: `ERROR_MAP`, first match wins):
 
     exception                          status  code
-    InvalidInput                       422     its own (default "invalid")
+    InvalidInput                       422     its own (default "invalid"), with its field
+    NotFound / unknown route           404     "not_found"
+      ... NotDeadLettered              404     "not_dead_lettered"
+    Conflict, StaleJob                 409     "conflict"
+    StoreError, StoreUnavailable       503     "store_unavailable", with Retry-After
+    QueueError, QueueUnavailable       503     its own ("queue_error", "queue_unavailable"),
+                                               with Retry-After
     pydantic validation of the request 422     "invalid", "unknown_field", "missing"
       ... of a body that is not JSON   400     "malformed_json"
       ... sent without a JSON type     415     "unsupported_media_type"
     body over settings.max_body_bytes  413     "body_too_large"   (api.middleware)
-    NotFound / unknown route           404     "not_found"
-      ... NotDeadLettered              404     "not_dead_lettered"
     wrong method                       405     "method_not_allowed"
-    Conflict                           409     "conflict"
-    StoreError                         503     "store_unavailable"
     anything else                      500     "internal_error"   (api.middleware; logged)
+
+"Anything else" includes a TickworkError missing from ERROR_MAP: the API never guesses a status
+for an error nobody mapped (EgressRefused and WebhookVerificationError are raised on the worker
+and in users' receivers, never while serving a request).
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,7 +37,10 @@ from starlette.routing import Match
 
 from tickwork.api.schemas import AlertIn, JobCreate, RetryIn, ScheduleIn, TargetIn
 from tickwork.errors import Conflict, InvalidInput, NotFound, StoreError, TickworkError
+from tickwork.queue.errors import QueueError
 
+# A store or queue that failed is usually back within seconds (a restart, a failover).
+RETRY_AFTER_S = 1
 _REQUEST_PARTS = ("body", "query", "path", "header", "cookie")
 # The job bodies' field names by parent path, for "did you mean" on unknown fields.
 _JOB_FIELDS = {
@@ -86,14 +96,49 @@ async def _invalid_input(request: Request, exc: InvalidInput) -> JSONResponse:
     return error_response(422, exc.code, exc.message, exc.field)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Mapped:
+    """How the API answers one kind of tickwork error."""
+
+    status: int
+    code: str | None = None  # None: the exception's own `code`
+    prefix: str = ""  # put before the exception's message
+    retry_after_s: int | None = None  # sent as Retry-After: the condition is temporary
+
+
+# Read top down, first match wins (subclasses before their bases). InvalidInput has its own
+# handler, for its field.
+ERROR_MAP: tuple[tuple[type[TickworkError], Mapped], ...] = (
+    (NotFound, Mapped(status=404)),
+    (Conflict, Mapped(status=409)),
+    (
+        StoreError,
+        Mapped(
+            status=503,
+            code="store_unavailable",
+            prefix="the schedule store failed: ",
+            retry_after_s=RETRY_AFTER_S,
+        ),
+    ),
+    (QueueError, Mapped(status=503, prefix="the queue failed: ", retry_after_s=RETRY_AFTER_S)),
+)
+
+
+def mapping_for(exc: TickworkError) -> Mapped | None:
+    """How the API answers `exc`; None: nobody mapped it (the middleware answers 500)."""
+    for kind, mapped in ERROR_MAP:
+        if isinstance(exc, kind):
+            return mapped
+    return None
+
+
 async def _tickwork_error(request: Request, exc: TickworkError) -> JSONResponse:
-    if isinstance(exc, NotFound):
-        return error_response(404, exc.code, str(exc))
-    if isinstance(exc, Conflict):
-        return error_response(409, exc.code, str(exc))
-    if isinstance(exc, StoreError):
-        return error_response(503, "store_unavailable", f"the schedule store failed: {exc}")
-    return error_response(400, exc.code, str(exc))
+    mapped = mapping_for(exc)
+    if mapped is None:
+        raise exc  # to the middleware's logged 500: an unmapped error is a bug, not a 400
+    headers = None if mapped.retry_after_s is None else {"Retry-After": str(mapped.retry_after_s)}
+    code = mapped.code or exc.code
+    return error_response(mapped.status, code, f"{mapped.prefix}{exc}", headers=headers)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
