@@ -1,50 +1,30 @@
 """The `ScheduleStore` seam: where jobs, their next fire and their runs live.
 
-Every backend (memory, SQLite, PostgreSQL) passes one contract suite
-(`tests/contract/test_store_contract.py`). The contract, written once here:
+One backend class implements all of it (MemoryStore, SqliteStore, PostgresStore), and one
+conformance suite runs against each (`tests/contract/test_store_*.py`, one file per part). The
+seam is split by concern, each part its own Protocol with its contract on its methods:
+
+    StoreLifecycle   open, close, ping, watch: connecting and change notification
+    JobStore         jobs and tenants: what the API creates, reads, edits and deletes
+    ClaimStore       the scheduler's half of the fire path: the due-scan, the claims, manual runs
+                     (stage 3's partition leases belong here: they gate who may claim)
+    LeaseStore       the worker's half: leases (the table queue), heartbeats, outcomes
+    HistoryStore     run history, attempts, dead letters, retention, stats
+    ScheduleStore    all five: what a backend implements and what services are given
+
+Rules for every method of every part:
 
 * Instants go in and come out as aware UTC datetimes, kept to the microsecond.
-* `due_jobs` is a read: it locks nothing and may return jobs another scheduler is claiming.
-* `claim` (and `claim_hand_off`, its form for workers elsewhere) is the only way a job fires.
-  For each plan it performs, in ONE transaction, a compare-and-set on
-  `(fence_token, next_run_at)` that increments the fence, advances `next_run_at` (or completes
-  the job) and inserts the occurrence's run. A plan whose job
-  changed since it was read (another claimer won, the job was paused, edited or deleted) is
-  dropped silently and yields no fire. A run whose occurrence key already exists is not inserted
-  again. So however many schedulers race, each occurrence fires at most once per claim winner,
-  and a crash leaves either nothing or a complete claim + advance + pending run.
-* `lease_runs` leases pending runs whose lease is free (expired: a crashed executor; released: a
-  manual trigger, a retry whose backoff has passed, a redriven dead letter), incrementing the
-  run's fence token and attempt. It is the table queue's dequeue.
-* `lease_fenced_runs` leases runs named by (run_id, fence_token) pairs, the envelopes a worker
-  fetched from an external queue, in one statement or transaction: a compare-and-set on the
-  fence, so a duplicate or superseded envelope (or a run already finished) leases nothing.
-* `relet_own_runs` takes back, without a new fence, runs leased to this owner at the fences
-  a lease call would have produced: a lease whose commit went through while its reply was lost.
-* `take_back_own_leases` is the same repair for `lease_runs`, whose caller cannot know the
-  fences: every pending run leased to this owner, still live and not among the runs the caller
-  already holds, gets a fresh lease and is returned at its fence (unchanged). It trusts `owner`
-  to name one live process, as node ids do (host:pid by default).
-* `extend_leases` is the executor's heartbeat for long runs, fence-guarded like every write.
-* `finish_runs` applies an outcome only if the run is still pending with the same fence token;
-  a zombie executor's late outcome is rejected (it returns how many were applied). An applied
-  outcome also appends the attempt to the history. SUCCEEDED finishes the run; FAILED finishes
-  and dead-letters it; PENDING releases it until `retry_at` (the next `lease_runs` after that
-  instant runs it again).
-  It returns an `Applied`: the count, which also names the runs whose outcome applied (the
-  executor sends a dead-letter alert only for a FAILED outcome whose write committed).
-* Tenants: `get_tenant` (None when the tenant has no settings) and `set_tenant_secrets` (an
-  upsert; empty secrets clear them and keep the row). Every fire returned by `claim`,
-  `lease_runs` and `lease_run` carries its tenant's secrets as of that statement.
-* Dead letters: `list_dead_letters`, `redrive` (back to pending, leasable at once; the next
-  attempt is one more than the last) and `purge` (out of the DLQ; the run stays failed).
-* History: `prune_history` deletes old attempts (not those of dead letters) and finished runs
-  (not dead letters) in batches. `maintain_history` is the backend's own upkeep before that:
-  on PostgreSQL it creates the coming days' partitions of tw_attempts and drops the expired ones,
-  keeping dead letters' attempts (ADR 0007); elsewhere it does nothing. Safe to call from many
-  processes at once.
-* `watch(topic)` returns an event set whenever jobs (topic "jobs") or runs (topic "runs")
-  change, by this process or, where the backend can tell (PostgreSQL LISTEN/NOTIFY), another.
+* A failure of the store itself (connection, server, driver) raises `StoreError`, or its
+  subclass `StoreUnavailable` when trying again later may help; never a driver's exception.
+  Each method's docstring names only the other errors it raises.
+* Every write that a fire depends on is a compare-and-set on a fence token: a job's fence moves
+  on every claim, a run's on every lease. A write that names a fence that moved on (a stale plan,
+  a zombie worker's heartbeat or outcome) changes nothing, raises nothing, and is left out of
+  what the method returns or counts. That is how a crashed, paused or partitioned process
+  that wakes up late can never double-apply an occurrence.
+* Batch methods take and return sequences and do their work in one statement or one
+  transaction: callers batch, and a backend never loops over round trips on the fire path.
 """
 
 from __future__ import annotations
@@ -125,43 +105,80 @@ class HistoryMaintenance:
     skipped: bool = False  # another process was maintaining (or held a lock too long)
 
 
-class ScheduleStore(Protocol):
+class StoreLifecycle(Protocol):
     async def open(self) -> None:
-        """Connect (and, where the backend is embedded, create and migrate the schema)."""
+        """Connect (and, unless the backend was built with `migrate=False`, bring the schema up
+        to date: safe while other processes do the same). Call once, before anything else."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release connections and threads. The store may not be used afterwards."""
+        ...
 
     async def ping(self) -> None:
-        """The cheapest round trip that proves the store answers (health checks)."""
+        """The cheapest round trip that proves the store answers (health checks); returns
+        nothing, raises StoreError when it does not answer."""
         ...
 
-    # -- jobs -------------------------------------------------------------------------------
-    async def create_job(self, job: Job) -> Job: ...
+    def watch(self, topic: Topic) -> asyncio.Event:
+        """A new event, set whenever jobs (topic "jobs") or runs (topic "runs") change: by this
+        process, or by another where the backend can tell (PostgreSQL LISTEN/NOTIFY). Each
+        caller gets its own event and clears it itself, so one waiter never hides a change from
+        another. A set event is a hint to look, not a description of the change; after a lost
+        notification connection the backend sets every event (the loops must rescan)."""
+        ...
+
+
+class JobStore(Protocol):
+    async def create_job(self, job: Job) -> Job:
+        """Store a new job, as given (the caller has set its id, next_run_at and state);
+        returns it. Wakes the watchers of "jobs"."""
+        ...
 
     async def get_job(self, job_id: str) -> Job:
-        """Raises NotFound."""
+        """The job as stored now. Raises NotFound."""
         ...
 
-    async def list_jobs(self, query: JobQuery) -> list[Job]: ...
+    async def list_jobs(self, query: JobQuery) -> list[Job]:
+        """Jobs matching `query`, in id order (ids sort in creation order), at most
+        `query.limit`, after `query.after_id` (keyset pagination)."""
+        ...
 
     async def update_job(self, job: Job) -> Job:
         """Overwrite the job's editable fields, state and next_run_at, if its fence token is
         still `job.fence_token` (compare-and-set: an edit never undoes a claim it did not see).
+        Returns the job as stored. Wakes the watchers of "jobs".
 
-        Raises NotFound, or StaleJob when the job was claimed since it was read.
+        Raises NotFound, or StaleJob when the job was claimed since it was read (re-read it
+        and apply the edit again).
         """
         ...
 
     async def delete_job(self, job_id: str) -> None:
-        """Delete the job and its runs. Raises NotFound."""
+        """Delete the job and all its runs, in one transaction. A worker holding one of its
+        runs finds its later writes rejected (the run is gone). Raises NotFound."""
         ...
 
-    # -- fire path --------------------------------------------------------------------------
+    async def get_tenant(self, tenant: str) -> Tenant | None:
+        """The tenant's settings; None when it has none (no row)."""
+        ...
+
+    async def set_tenant_secrets(
+        self, tenant: str, secrets: Sequence[str], *, now: datetime
+    ) -> Tenant:
+        """Replace the tenant's signing secrets (empty: clear them), creating its row if needed
+        and keeping whatever else the row holds. Returns the tenant as stored. Fires leased
+        after this commit carry the new secrets."""
+        ...
+
+
+class ClaimStore(Protocol):
     async def due_jobs(
         self, until: datetime, limit: int, *, not_before: datetime | None = None
     ) -> list[DueJob]:
-        """Scheduled jobs with next_run_at <= until (and >= not_before), earliest first.
+        """Scheduled jobs with next_run_at <= until (and >= not_before), earliest first, at
+        most `limit`. A read: it locks nothing, and may return jobs another scheduler is
+        claiming at this moment (their claim then falls away).
 
         The lower bound is how the scheduler skips what its earlier ticks settled: on
         PostgreSQL every claim leaves a dead version of the job at its old next_run_at until
@@ -170,7 +187,7 @@ class ScheduleStore(Protocol):
 
     async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
         """The earliest next_run_at of any scheduled job (of those at or after `not_before`,
-        for the same reason as in `due_jobs`)."""
+        for the same reason as in `due_jobs`); None when no job is scheduled."""
         ...
 
     async def claim(
@@ -181,10 +198,21 @@ class ScheduleStore(Protocol):
         lease_until: datetime,
         now: datetime,
     ) -> list[Fire]:
-        """Claim, advance and record each plan's occurrence (see the module docstring).
+        """Claim, advance and record each plan's occurrence, for an executor in this process.
 
-        The new runs are leased to `owner` until `lease_until` (attempt 1), for an executor in
-        the same process, and come back as complete fires.
+        The only way a job fires (with `claim_hand_off`). For each plan, in ONE transaction
+        for the whole batch: a compare-and-set on the job's (fence_token, next_run_at) that
+        increments the fence, advances next_run_at to `plan.new_next_run_at` (or completes the
+        job when it is None), records `owner` as its last claimer and inserts the occurrence's
+        run. A plan whose job changed since it was read (another claimer won, the job was
+        paused, edited or deleted) is dropped silently and yields no fire; a run whose
+        occurrence key already exists is not inserted again. So however many schedulers race,
+        each occurrence fires at most once, and a crash leaves either nothing or a complete
+        claim + advance + pending run. A plan with no `scheduled_for` (a misfire skip) advances
+        the job and fires nothing.
+
+        Returns the new runs as complete fires, leased to `owner` until `lease_until` at
+        attempt 1, in no particular order.
         """
         ...
 
@@ -196,34 +224,48 @@ class ScheduleStore(Protocol):
         The new runs are left unowned at attempt 0, their lease ending at their scheduled
         instant, so any worker leases them (`lease_runs`, or `lease_fenced_runs` with the
         envelope's fence) from that instant on; the lease makes it attempt 1. `owner` is only
-        recorded on the job as its last claimer. Envelopes, not fires: the scheduler publishes
-        or counts them and never runs them, so the job's target, retry policy, secrets and alert
-        are not read (building them was a fifth of a hand-off scheduler's CPU). Wakes the
-        watchers of topic "runs", in other processes too where the backend can tell.
+        recorded on the job as its last claimer. Returns envelopes, not fires: the scheduler
+        publishes or counts them and never runs them, so the job's target, retry policy,
+        secrets and alert are not read (building them was a fifth of a hand-off scheduler's
+        CPU). Wakes the watchers of "runs", in other processes too where the backend can tell.
         """
         ...
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
-        """Record an out-of-schedule occurrence at `now`, leasable at once. Raises NotFound."""
+        """Record an out-of-schedule occurrence at `now` (origin "manual", its own occurrence
+        key), unowned and leasable at once; it does not move the job's schedule. Returns the
+        run. Wakes the watchers of "runs". Raises NotFound."""
         ...
 
+
+class LeaseStore(Protocol):
     async def lease_runs(
         self, *, now: datetime, owner: str, lease_until: datetime, limit: int
-    ) -> list[Fire]: ...
+    ) -> list[Fire]:
+        """The table queue's dequeue: lease up to `limit` pending runs whose lease is free at
+        `now` (never leased: a hand-off whose instant came, a manual trigger, a retry whose
+        backoff passed, a redriven dead letter; or expired: its holder died), soonest-free
+        first. Each gets fence + 1, attempt + 1, `owner` and `lease_until`, atomically: two
+        workers leasing at once never get the same run. Returns them as fires (job target,
+        retry policy, alert and the tenant's secrets as of this statement)."""
+        ...
 
     async def lease_run(
         self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
     ) -> Fire | None:
         """Lease one pending run whose fence is still `fence_token` (fence + 1, attempt + 1);
-        None when it finished, or another lease superseded that fence (a duplicate message)."""
+        None when it finished, is unknown, or another lease superseded that fence (a duplicate
+        message)."""
         ...
 
     async def lease_fenced_runs(
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
     ) -> list[Fire]:
-        """`lease_run` for a whole batch at once: lease each pending (run_id, fence_token) whose
-        fence is still that token (fence + 1, attempt + 1). Pairs that lease nothing (finished,
-        superseded, unknown, or repeated within the batch) are left out; order is not kept."""
+        """`lease_run` for a whole batch of (run_id, fence_token) pairs, the envelopes a worker
+        fetched from an external queue, in one statement or transaction: each pair whose run
+        is still pending at that fence is leased (fence + 1, attempt + 1). Pairs that lease
+        nothing (finished, superseded, unknown, or repeated within the batch) are left out;
+        order is not kept."""
         ...
 
     async def relet_own_runs(
@@ -244,14 +286,15 @@ class ScheduleStore(Protocol):
         lease_until: datetime,
         limit: int,
     ) -> list[Fire]:
-        """Take back the leases a `lease_runs` call whose reply was lost may have left behind.
+        """Take back the leases a lease call whose reply was lost may have left behind.
 
-        Every pending run leased to `owner` whose lease is still live (lease_until > `now`) and
-        whose id is not in `holding` (the runs the caller holds and runs already) gets
+        Every pending run leased to `owner` whose lease is still live (lease_until > `now`)
+        and whose id is not in `holding` (the runs the caller holds and runs already) gets
         `lease_until` and is returned, at most `limit` of them, soonest-expiring first. The
         fence and the attempt are left as they are: they are the ones the lost reply carried,
         so an outcome written at that fence applies. A run whose lease expired (any worker may
         lease it anew, at a new fence), went to another owner or finished is never returned.
+        It trusts `owner` to name one live process, as node ids do (host:pid by default).
         """
         ...
 
@@ -260,7 +303,8 @@ class ScheduleStore(Protocol):
         ...
 
     async def next_lease_at(self) -> datetime | None:
-        """The earliest instant at which some pending run's lease is (or becomes) free."""
+        """The earliest instant at which some pending run's lease is (or becomes) free; None
+        when no run is pending. Workers sleep until then."""
         ...
 
     async def extend_leases(
@@ -268,51 +312,59 @@ class ScheduleStore(Protocol):
     ) -> int:
         """Heartbeat: move the lease of each pending (run_id, fence_token) to `lease_until`.
 
-        Returns how many were extended; a run whose fence moved on is not touched.
+        Returns how many were extended; a run whose fence moved on (its lease expired and
+        another worker took it) or that finished is not touched."""
+        ...
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
+        """Apply a batch of outcomes, in one statement or transaction.
+
+        An outcome applies only if its run is still pending at the outcome's fence token; a
+        zombie executor's late outcome is rejected, as is a second outcome for the same
+        (run, fence) in the batch. An applied outcome also appends the attempt to the
+        history. SUCCEEDED finishes the run; FAILED finishes and dead-letters it; PENDING
+        releases it until `retry_at` (the next `lease_runs` after that instant runs it again,
+        at a new fence).
+
+        Returns an `Applied`: the count, which also names the runs whose outcome applied (the
+        executor sends a dead-letter alert only for a FAILED outcome whose write committed).
         """
         ...
 
-    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied: ...
 
-    # -- tenants ----------------------------------------------------------------------------
-    async def get_tenant(self, tenant: str) -> Tenant | None:
-        """The tenant's settings; None when it has none (no row)."""
-        ...
-
-    async def set_tenant_secrets(
-        self, tenant: str, secrets: Sequence[str], *, now: datetime
-    ) -> Tenant:
-        """Replace the tenant's signing secrets (empty: clear them); creates the row if needed."""
-        ...
-
-    # -- history ----------------------------------------------------------------------------
+class HistoryStore(Protocol):
     async def list_runs(
         self, job_id: str, *, limit: int = 50, before_id: int | None = None
     ) -> list[Run]:
-        """Newest first. Raises NotFound if the job does not exist."""
+        """One job's runs, newest first, at most `limit`, with ids below `before_id` (keyset
+        pagination). Raises NotFound if the job does not exist."""
         ...
 
     async def get_run(self, run_id: int) -> Run:
-        """Raises NotFound."""
+        """One run as it is now. Raises NotFound."""
         ...
 
     async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
-        """Oldest first. Raises NotFound if the run does not exist."""
+        """Every recorded attempt of a run (one per applied outcome), oldest first. Raises
+        NotFound if the run does not exist."""
         ...
 
-    # -- dead letters -----------------------------------------------------------------------
     async def list_dead_letters(
         self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
     ) -> list[Run]:
-        """Newest run id first."""
+        """The dead-letter queue (of one job, if given), newest run id first, at most `limit`,
+        with ids below `before_id`."""
         ...
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
-        """Re-enqueue these dead letters (None: all of them); returns how many."""
+        """Put these dead letters (None: all of them) back to pending, leasable at `now`, for
+        one more attempt (its number one more than the last); ids that are not dead letters
+        are ignored. Returns how many went back. Wakes the watchers of "runs"."""
         ...
 
     async def purge_dead_letters(self, run_ids: Sequence[int] | None) -> int:
-        """Drop these dead letters from the DLQ (None: all); they stay failed in the history."""
+        """Take these dead letters (None: all) out of the DLQ; they stay failed in the history,
+        and their attempts become prunable. Returns how many."""
         ...
 
     async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
@@ -325,13 +377,20 @@ class ScheduleStore(Protocol):
         ...
 
     async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
-        """Backend upkeep of the history ahead of `prune_history` (see the module docstring)."""
+        """The backend's own upkeep of the history, before `prune_history`: on PostgreSQL it
+        creates the coming days' partitions of tw_attempts and drops the expired ones, keeping
+        dead letters' attempts (ADR 0007); elsewhere it does nothing. Safe to call from many
+        processes at once (the others skip). Returns what it changed."""
         ...
 
-    async def stats(self) -> StoreStats: ...
+    async def stats(self) -> StoreStats:
+        """Jobs by state and the number of pending runs (metrics; may be approximate under
+        concurrent writes)."""
+        ...
 
-    # -- change notification ----------------------------------------------------------------
-    def watch(self, topic: Topic) -> asyncio.Event: ...
+
+class ScheduleStore(StoreLifecycle, JobStore, ClaimStore, LeaseStore, HistoryStore, Protocol):
+    """Every part of the seam: what a backend implements, and what services are given."""
 
 
 class Watchers:

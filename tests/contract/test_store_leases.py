@@ -1,0 +1,428 @@
+"""The ScheduleStore contract, part LeaseStore: leases (the table queue), leases by fence,
+take-backs, heartbeats and outcomes.
+
+Run against every backend (memory, SQLite, PostgreSQL); see tickwork/store/base.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import timedelta
+
+from tickwork.domain.retry import RetryPolicy
+from tickwork.domain.runs import RunStatus
+from tickwork.store.base import ScheduleStore
+
+from .conftest import StoreFactory, open_store
+from .store_helpers import (
+    ALERT,
+    SEC,
+    SECRET_A,
+    SECRET_B,
+    SECRET_T,
+    T0,
+    TARGET,
+    claim,
+    hand_off,
+    make_job,
+    outcome,
+    plan_for,
+)
+
+
+async def test_finish_applies_only_with_the_current_fence_and_once(store: ScheduleStore) -> None:
+    jobs = [make_job(1), make_job(2)]
+    for job in jobs:
+        await store.create_job(job)
+    ok, failed = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in jobs])
+    assert await store.finish_runs([outcome(ok, fence=99)]) == 0
+    assert await store.finish_runs([outcome(ok), outcome(failed, status=RunStatus.FAILED)]) == 2
+    assert await store.finish_runs([outcome(ok)]) == 0
+    [run] = await store.list_runs(ok.job_id)
+    assert (run.status, run.http_status, run.error) == (RunStatus.SUCCEEDED, 200, None)
+    assert run.started_at == T0 + timedelta(milliseconds=3)
+    assert run.finished_at == T0 + timedelta(milliseconds=40)
+    [run] = await store.list_runs(failed.job_id)
+    assert (run.status, run.http_status, run.error) == (RunStatus.FAILED, 503, "HTTP 503")
+    assert (await store.stats()).runs_pending == 0
+
+
+async def test_expired_leases_are_leased_again_with_a_new_fence(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])  # lease until T0 + 60 s
+    early = await store.lease_runs(
+        now=T0 + 59 * SEC, owner="b", lease_until=T0 + 120 * SEC, limit=10
+    )
+    assert early == []
+    [again] = await store.lease_runs(
+        now=T0 + 61 * SEC, owner="b", lease_until=T0 + 120 * SEC, limit=10
+    )
+    assert (again.run_id, again.key, again.scheduled_for) == (
+        fire.run_id,
+        fire.key,
+        fire.scheduled_for,
+    )
+    assert (again.fence_token, again.attempt) == (fire.fence_token + 1, 2)
+    assert again.target == TARGET
+    assert await store.finish_runs([outcome(fire)]) == 0  # the zombie's write is rejected
+    assert await store.finish_runs([outcome(again)]) == 1
+    assert (
+        await store.lease_runs(now=T0 + 999 * SEC, owner="c", lease_until=T0 + 1999 * SEC, limit=10)
+        == []
+    )
+
+
+async def test_heartbeats_extend_only_current_leases(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])  # lease until T0 + 60 s
+    stale = (fire.run_id, fire.fence_token + 1)
+    assert await store.extend_leases([stale], lease_until=T0 + 300 * SEC) == 0
+    assert (
+        await store.extend_leases([(fire.run_id, fire.fence_token)], lease_until=T0 + 300 * SEC)
+        == 1
+    )
+    assert (
+        await store.lease_runs(now=T0 + 200 * SEC, owner="b", lease_until=T0 + 999 * SEC, limit=5)
+        == []
+    )
+    assert (
+        len(
+            await store.lease_runs(
+                now=T0 + 301 * SEC, owner="b", lease_until=T0 + 999 * SEC, limit=5
+            )
+        )
+        == 1
+    )
+    await store.finish_runs([outcome(fire, fence=fire.fence_token + 1)])
+    assert await store.extend_leases([(fire.run_id, fire.fence_token + 1)], lease_until=T0) == 0
+
+
+async def test_a_retry_releases_the_run_until_its_instant(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    retry_at = T0 + 30 * SEC
+    assert (
+        await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=retry_at)]) == 1
+    )
+    run = await store.get_run(fire.run_id)
+    assert (run.status, run.last_error, run.dead_lettered_at) == (
+        RunStatus.PENDING,
+        "HTTP 503",
+        None,
+    )
+    assert await store.next_lease_at() == retry_at
+    early = await store.lease_runs(
+        now=retry_at - SEC, owner="b", lease_until=T0 + 99 * SEC, limit=5
+    )
+    assert early == []
+    [again] = await store.lease_runs(now=retry_at, owner="b", lease_until=T0 + 99 * SEC, limit=5)
+    assert (again.attempt, again.fence_token, again.key) == (2, fire.fence_token + 1, fire.key)
+    assert await store.finish_runs([outcome(again)]) == 1
+    attempts = await store.list_attempts(fire.run_id)
+    assert [(a.attempt, a.status, a.http_status, a.worker) for a in attempts] == [
+        (1, RunStatus.PENDING, 503, "w1"),
+        (2, RunStatus.SUCCEEDED, 200, "w1"),
+    ]
+    assert (await store.get_run(fire.run_id)).status is RunStatus.SUCCEEDED
+
+
+async def test_a_stale_outcome_leaves_no_attempt_behind(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    assert await store.finish_runs([outcome(fire, fence=fire.fence_token + 5)]) == 0
+    assert await store.list_attempts(fire.run_id) == []
+
+
+async def test_retry_policies_travel_with_the_fire(store: ScheduleStore) -> None:
+    policy = RetryPolicy(max_attempts=3, base_delay_ms=250, max_delay_ms=1000, multiplier=3.0)
+    job = make_job(1, retry=policy)
+    await store.create_job(job)
+    assert (await store.get_job(job.id)).retry == policy
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    assert fire.retry == policy
+    await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=T0)])
+    [again] = await store.lease_runs(now=T0, owner="b", lease_until=T0 + SEC, limit=5)
+    assert again.retry == policy
+
+
+async def test_a_run_is_leased_by_id_only_with_the_published_fence(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    plan = plan_for(job, new_next=T0 + SEC)
+    [fire] = await store.claim_hand_off([plan], owner="s", now=T0)
+    until = T0 + 30 * SEC
+    leased = await store.lease_run(fire.run_id, fire.fence_token, owner="w1", lease_until=until)
+    assert leased is not None
+    assert (leased.attempt, leased.fence_token, leased.target) == (1, fire.fence_token + 1, TARGET)
+    # the same envelope delivered twice: its fence has moved on
+    assert (
+        await store.lease_run(fire.run_id, fire.fence_token, owner="w2", lease_until=until) is None
+    )
+    assert await store.finish_runs([outcome(leased)]) == 1
+    assert (
+        await store.lease_run(fire.run_id, leased.fence_token, owner="w2", lease_until=until)
+        is None
+    )
+
+
+async def test_fires_carry_their_tenant_secrets_and_alert_from_every_lease(
+    store: ScheduleStore,
+) -> None:
+    await store.set_tenant_secrets("acme", [SECRET_T], now=T0)
+    acme = make_job(1, tenant="acme", on_failure=ALERT)
+    own = make_job(2, tenant="acme", target=replace(TARGET, secrets=(SECRET_A,)))
+    plain = make_job(3, tenant="nobody")
+    for job in (acme, own, plain):
+        await store.create_job(job)
+    fires = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in (acme, own, plain)])
+    by_job = {f.job_id: f for f in fires}
+    assert by_job[acme.id].tenant_secrets == (SECRET_T,)
+    assert by_job[acme.id].on_failure == ALERT
+    assert by_job[own.id].target == own.target  # the job's own secrets, too
+    assert by_job[own.id].on_failure is None
+    assert by_job[plain.id].tenant_secrets == ()
+    # A rotation reaches the next lease of the same run.
+    await store.set_tenant_secrets("acme", [SECRET_B], now=T0)
+    fire = by_job[acme.id]
+    await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=T0)])
+    [again] = await store.lease_runs(now=T0, owner="b", lease_until=T0 + SEC, limit=5)
+    assert (again.run_id, again.tenant_secrets, again.on_failure) == (
+        fire.run_id,
+        (SECRET_B,),
+        ALERT,
+    )
+    # ... and the lease by id (a queue message) carries them as well.
+    await store.finish_runs([outcome(again, status=RunStatus.PENDING, retry_at=T0)])
+    by_id = await store.lease_run(again.run_id, again.fence_token, owner="d", lease_until=T0 + SEC)
+    assert by_id is not None
+    assert (by_id.tenant_secrets, by_id.on_failure) == ((SECRET_B,), ALERT)
+    # ... and so does the batched lease of a queue consumer.
+    await store.finish_runs([outcome(by_id, status=RunStatus.PENDING, retry_at=T0)])
+    [batched] = await store.lease_fenced_runs(
+        [(by_id.run_id, by_id.fence_token)], owner="e", lease_until=T0 + SEC
+    )
+    assert (batched.tenant_secrets, batched.on_failure) == ((SECRET_B,), ALERT)
+
+
+async def test_finish_reports_which_runs_applied(store: ScheduleStore) -> None:
+    jobs = [make_job(n) for n in (1, 2)]
+    for job in jobs:
+        await store.create_job(job)
+    first, second = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in jobs])
+    applied = await store.finish_runs(
+        [outcome(first, status=RunStatus.FAILED), outcome(second, fence=second.fence_token + 9)]
+    )
+    assert applied == 1
+    assert applied.run_ids == {first.run_id}
+
+
+async def test_a_batch_is_leased_by_fence_and_only_what_is_still_due_is_leased(
+    store: ScheduleStore,
+) -> None:
+    fresh, finished, superseded, also_fresh = await hand_off(store, 4)
+    until = T0 + 30 * SEC
+    # `finished` ran to success already; its latest fence is the one a retry message would carry
+    [done] = await store.lease_fenced_runs(
+        [(finished.run_id, finished.fence_token)], owner="w0", lease_until=until
+    )
+    assert await store.finish_runs([outcome(done)]) == 1
+    # another worker took `superseded` meanwhile: the envelope's fence is stale
+    [theirs] = await store.lease_fenced_runs(
+        [(superseded.run_id, superseded.fence_token)], owner="w2", lease_until=until
+    )
+
+    leased = await store.lease_fenced_runs(
+        [
+            (fresh.run_id, fresh.fence_token),
+            (done.run_id, done.fence_token),
+            (superseded.run_id, superseded.fence_token),
+            (fresh.run_id, fresh.fence_token),  # the same message twice in one fetch
+            (also_fresh.run_id, also_fresh.fence_token),
+            (987654, 1),  # a run that is gone (its job was deleted)
+        ],
+        owner="w1",
+        lease_until=until,
+    )
+
+    assert sorted((f.run_id, f.attempt, f.fence_token, f.target) for f in leased) == [
+        (fresh.run_id, 1, fresh.fence_token + 1, TARGET),
+        (also_fresh.run_id, 1, also_fresh.fence_token + 1, TARGET),
+    ]
+    assert all(f.lease_until == until for f in leased)
+    assert (await store.get_run(done.run_id)).status is RunStatus.SUCCEEDED
+    # the stale envelope left w2's lease alone: w2's heartbeat and outcome still apply
+    assert await store.extend_leases([(theirs.run_id, theirs.fence_token)], lease_until=until) == 1
+    assert await store.finish_runs([outcome(theirs), *(outcome(f) for f in leased)]) == 3
+
+
+async def test_an_owner_takes_back_only_its_own_leases_at_their_fence(
+    store: ScheduleStore,
+) -> None:
+    mine, theirs, finished = await hand_off(store, 3)
+    until = T0 + 30 * SEC
+    leased = await store.lease_fenced_runs(
+        [(f.run_id, f.fence_token) for f in (mine, finished)], owner="w1", lease_until=until
+    )
+    [done] = [f for f in leased if f.run_id == finished.run_id]
+    assert await store.finish_runs([outcome(done)]) == 1
+    await store.lease_fenced_runs(
+        [(theirs.run_id, theirs.fence_token)], owner="w2", lease_until=until
+    )
+
+    later = until + 10 * SEC
+    back = await store.relet_own_runs(
+        [
+            (mine.run_id, mine.fence_token + 1),  # leased to w1 at that fence: taken back
+            (mine.run_id, mine.fence_token + 1),  # repeated: once
+            (theirs.run_id, theirs.fence_token + 1),  # w2's lease: left alone
+            (finished.run_id, finished.fence_token + 1),  # finished: nothing to take back
+            (987654, 2),  # gone
+        ],
+        owner="w1",
+        lease_until=later,
+    )
+    assert [(f.run_id, f.fence_token, f.attempt, f.lease_until) for f in back] == [
+        (mine.run_id, mine.fence_token + 1, 1, later)
+    ]
+    # the fence did not move: an outcome at that fence still applies, and w2's lease stands
+    assert (
+        await store.relet_own_runs([(mine.run_id, mine.fence_token)], owner="w1", lease_until=later)
+        == []
+    )
+    assert (
+        await store.extend_leases([(theirs.run_id, theirs.fence_token + 1)], lease_until=later) == 1
+    )
+    assert await store.finish_runs([outcome(back[0])]) == 1
+
+
+async def test_an_owner_takes_back_its_live_leases_it_does_not_hold_at_their_fence(
+    store: ScheduleStore,
+) -> None:
+    # What a lease_runs call whose reply was lost leaves behind: runs leased to w1 at fences
+    # w1 never learned. Only those may come back; nothing else w1's name is (or was) on.
+    mine, held, theirs, expired, finished, released = await hand_off(store, 6)
+    until = T0 + 30 * SEC
+    leased = await store.lease_fenced_runs(
+        [(f.run_id, f.fence_token) for f in (mine, held, finished, released)],
+        owner="w1",
+        lease_until=until,
+    )
+    by_id = {f.run_id: f for f in leased}
+    await store.lease_fenced_runs(
+        [(expired.run_id, expired.fence_token)], owner="w1", lease_until=T0 + 5 * SEC
+    )
+    await store.lease_fenced_runs(
+        [(theirs.run_id, theirs.fence_token)], owner="w2", lease_until=until
+    )
+    assert await store.finish_runs([outcome(by_id[finished.run_id])]) == 1
+    retry = outcome(by_id[released.run_id], status=RunStatus.PENDING, retry_at=T0 + 60 * SEC)
+    assert await store.finish_runs([retry]) == 1  # released: pending, no owner
+
+    now, later = T0 + 5 * SEC, T0 + 90 * SEC  # `expired`'s lease ends exactly now: not live
+    back = await store.take_back_own_leases(
+        owner="w1", holding={held.run_id, 987654}, now=now, lease_until=later, limit=10
+    )
+
+    lost = by_id[mine.run_id]
+    assert [(f.run_id, f.fence_token, f.attempt, f.lease_until, f.target) for f in back] == [
+        (mine.run_id, lost.fence_token, lost.attempt, later, TARGET)
+    ]
+    # The new lease holds past the old one: nobody else may lease the run meanwhile ...
+    free = await store.lease_runs(now=T0 + 60 * SEC, owner="w3", lease_until=later, limit=10)
+    assert mine.run_id not in {f.run_id for f in free}
+    assert {f.run_id for f in free} == {held.run_id, theirs.run_id, expired.run_id, released.run_id}
+    # ... and the fence did not move: the outcome of the fire taken back applies.
+    assert await store.finish_runs([outcome(back[0])]) == 1
+    assert (
+        await store.take_back_own_leases(
+            owner="w1", holding=(), now=now, lease_until=later, limit=10
+        )
+        == []
+    )
+
+
+async def test_taking_back_own_leases_stops_at_the_limit_soonest_expiring_first(
+    store: ScheduleStore,
+) -> None:
+    fires = await hand_off(store, 3)
+    for n, fire in enumerate(fires):  # leases ending at +30 s, +20 s, +10 s
+        await store.lease_fenced_runs(
+            [(fire.run_id, fire.fence_token)], owner="w1", lease_until=T0 + (30 - 10 * n) * SEC
+        )
+    back = await store.take_back_own_leases(
+        owner="w1", holding=[], now=T0, lease_until=T0 + 60 * SEC, limit=2
+    )
+    assert sorted(f.run_id for f in back) == sorted(f.run_id for f in fires[1:])
+    # The two taken back now end at +60 s: the third, at +30 s, is the soonest.
+    [last] = await store.take_back_own_leases(
+        owner="w1", holding=[], now=T0, lease_until=T0 + 60 * SEC, limit=1
+    )
+    assert last.run_id == fires[0].run_id
+
+
+async def test_leasing_an_empty_batch_leases_nothing(store: ScheduleStore) -> None:
+    await hand_off(store, 1)
+    assert await store.lease_fenced_runs([], owner="w1", lease_until=T0 + SEC) == []
+    assert await store.leasable_runs(T0) == 1
+
+
+async def test_leasable_runs_counts_free_due_runs_only(store: ScheduleStore) -> None:
+    first, *_ = await hand_off(store, 3, at=T0 + 5 * SEC)
+    assert await store.leasable_runs(T0 + 4 * SEC) == 0  # not due yet
+    assert await store.leasable_runs(T0 + 5 * SEC) == 3
+
+    [leased] = await store.lease_fenced_runs(
+        [(first.run_id, first.fence_token)], owner="w1", lease_until=T0 + 30 * SEC
+    )
+    assert await store.leasable_runs(T0 + 5 * SEC) == 2
+    await store.finish_runs([outcome(leased)])
+    assert await store.leasable_runs(T0 + 5 * SEC) == 2
+    assert await store.leasable_runs(T0 + 31 * SEC) == 2  # finished runs never come back
+
+
+async def test_workers_leasing_overlapping_batches_each_get_a_run_at_most_once(
+    make_store: StoreFactory, opened: list[ScheduleStore]
+) -> None:
+    one = await open_store(make_store, opened)
+    other = await open_store(make_store, opened)
+    fires = await hand_off(one, 40)
+    pairs = [(f.run_id, f.fence_token) for f in fires]
+    until = T0 + 30 * SEC
+
+    # A redelivered batch reaches two workers, in opposite orders: no deadlock, no double lease.
+    mine, theirs = await asyncio.gather(
+        one.lease_fenced_runs(pairs, owner="w1", lease_until=until),
+        other.lease_fenced_runs(pairs[::-1], owner="w2", lease_until=until),
+    )
+
+    mine_ids = {f.run_id for f in mine}
+    theirs_ids = {f.run_id for f in theirs}
+    assert mine_ids.isdisjoint(theirs_ids)
+    assert mine_ids | theirs_ids == {f.run_id for f in fires}
+
+
+async def test_a_stale_outcome_batched_with_the_current_one_records_one_attempt(
+    store: ScheduleStore,
+) -> None:
+    # Found by the chaos harness: a worker kept an outcome it could not write while the
+    # database was full, its lease ran out, it leased the run again (fence + 1) and ran it;
+    # both outcomes then went out in one batch. Only the current one may reach the history.
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    stale = outcome(fire)
+    await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=T0)])
+    [again] = await store.lease_runs(now=T0, owner="w1", lease_until=T0 + SEC, limit=5)
+    assert again.fence_token > fire.fence_token
+    applied = await store.finish_runs([stale, outcome(again), outcome(again)])
+    assert (applied, applied.run_ids) == (1, {fire.run_id})
+    attempts = await store.list_attempts(fire.run_id)
+    assert [(a.fence_token, a.status) for a in attempts] == [
+        (fire.fence_token, RunStatus.PENDING),
+        (again.fence_token, RunStatus.SUCCEEDED),
+    ]
