@@ -260,46 +260,6 @@ async def test_a_batch_is_leased_by_fence_and_only_what_is_still_due_is_leased(
     assert await store.finish_runs([outcome(theirs), *(outcome(f) for f in leased)]) == 3
 
 
-async def test_an_owner_takes_back_only_its_own_leases_at_their_fence(
-    store: ScheduleStore,
-) -> None:
-    mine, theirs, finished = await hand_off(store, 3)
-    until = T0 + 30 * SEC
-    leased = await store.lease_fenced_runs(
-        [(f.run_id, f.fence_token) for f in (mine, finished)], owner="w1", lease_until=until
-    )
-    [done] = [f for f in leased if f.run_id == finished.run_id]
-    assert await store.finish_runs([outcome(done)]) == 1
-    await store.lease_fenced_runs(
-        [(theirs.run_id, theirs.fence_token)], owner="w2", lease_until=until
-    )
-
-    later = until + 10 * SEC
-    back = await store.relet_own_runs(
-        [
-            (mine.run_id, mine.fence_token + 1),  # leased to w1 at that fence: taken back
-            (mine.run_id, mine.fence_token + 1),  # repeated: once
-            (theirs.run_id, theirs.fence_token + 1),  # w2's lease: left alone
-            (finished.run_id, finished.fence_token + 1),  # finished: nothing to take back
-            (987654, 2),  # gone
-        ],
-        owner="w1",
-        lease_until=later,
-    )
-    assert [(f.run_id, f.fence_token, f.attempt, f.lease_until) for f in back] == [
-        (mine.run_id, mine.fence_token + 1, 1, later)
-    ]
-    # the fence did not move: an outcome at that fence still applies, and w2's lease stands
-    assert (
-        await store.relet_own_runs([(mine.run_id, mine.fence_token)], owner="w1", lease_until=later)
-        == []
-    )
-    assert (
-        await store.extend_leases([(theirs.run_id, theirs.fence_token + 1)], lease_until=later) == 1
-    )
-    assert await store.finish_runs([outcome(back[0])]) == 1
-
-
 async def test_an_owner_takes_back_its_live_leases_it_does_not_hold_at_their_fence(
     store: ScheduleStore,
 ) -> None:

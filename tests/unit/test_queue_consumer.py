@@ -58,6 +58,9 @@ class Submitted:
     def holds(self, run_id: int) -> bool:
         return any(fire.run_id == run_id for fire in self.fires)
 
+    def held_run_ids(self) -> frozenset[int]:
+        return frozenset(fire.run_id for fire in self.fires)
+
 
 async def handed_off(store: MemoryStore, count: int) -> list[Envelope]:
     """What a scheduler process without a worker does: claim, and publish the envelopes."""

@@ -268,15 +268,6 @@ class LeaseStore(Protocol):
         order is not kept."""
         ...
 
-    async def relet_own_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
-    ) -> list[Fire]:
-        """Take back leases this `owner` may hold without knowing it: each pending
-        (run_id, fence_token) still leased to `owner` at exactly that fence gets `lease_until`
-        and is returned, the fence unchanged. For a lease call that failed after its commit
-        (the reply was lost): the caller asks for the fences that call would have produced."""
-        ...
-
     async def take_back_own_leases(
         self,
         *,
@@ -286,7 +277,8 @@ class LeaseStore(Protocol):
         lease_until: datetime,
         limit: int,
     ) -> list[Fire]:
-        """Take back the leases a lease call whose reply was lost may have left behind.
+        """Take back the leases a lease call whose reply was lost may have left behind: the
+        one way to repair a lost reply, for `lease_runs` and `lease_fenced_runs` alike.
 
         Every pending run leased to `owner` whose lease is still live (lease_until > `now`)
         and whose id is not in `holding` (the runs the caller holds and runs already) gets

@@ -233,21 +233,6 @@ class MemoryStore:
                 fires.append(fire)
         return fires
 
-    async def relet_own_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
-    ) -> list[Fire]:
-        fires = []
-        for run_id, fence in dict.fromkeys(leases):
-            run = self._runs.get(run_id)
-            held = self._leases.get(run_id)
-            if run is None or run.status is not RunStatus.PENDING or run.fence_token != fence:
-                continue
-            if held is None or held[0] != owner:
-                continue
-            self._leases[run_id] = (owner, lease_until)
-            fires.append(self._fire(run, self._jobs[run.job_id], lease_until))
-        return fires
-
     async def take_back_own_leases(
         self,
         *,

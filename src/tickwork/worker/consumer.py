@@ -9,8 +9,10 @@ the executor's backstop, which leases free runs straight from the store.
 A lease call that fails may still have committed (the connection died after the commit, before
 the reply): the runs are then leased to this worker at the next fence while nobody runs them,
 until the lease runs out. So after a failure the batch is kept, unacked, and the next round
-first takes those leases back (`relet_own_runs`, same fence, same owner), then leases the rest
-as usual: a dropped connection delays those fires by one round, not by a lease TTL.
+first takes back this worker's live leases that its executor does not hold
+(`take_back_own_leases`: same fence, same owner; the executor uses the same verb after its own
+lost lease), then leases the rest as usual: a dropped connection delays those fires by one
+round, not by a lease TTL.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tickwork.clock import Clock
 from tickwork.domain.runs import Fire
 from tickwork.queue.base import Queue, Received
 from tickwork.store.base import ScheduleStore
-from tickwork.worker.executor import Executor
+from tickwork.worker.executor import LEASE_BATCH, Executor
 
 log = logging.getLogger("tickwork.consumer")
 
@@ -90,20 +92,23 @@ class QueueConsumer:
         """The batch whose lease call failed: take back the leases that committed anyway,
         lease the others now."""
         received = self._uncertain
-        until = self._clock.now() + self._lease_ttl
-        pending = [
-            (m.envelope.run_id, m.envelope.fence_token)
-            for m in received
-            if not self._executor.holds(m.envelope.run_id)
-        ]
-        # A committed lease moved the fence by one and named us as the owner.
-        ours = await self._store.relet_own_runs(
-            [(run_id, fence + 1) for run_id, fence in pending],
+        now = self._clock.now()
+        until = now + self._lease_ttl
+        # A committed lease named us as the owner and is live: whatever of ours the executor
+        # does not hold is such a lease (of this batch, or of another lost reply: run it too).
+        ours = await self._store.take_back_own_leases(
             owner=self._node_id,
+            holding=self._executor.held_run_ids(),
+            now=now,
             lease_until=until,
+            limit=len(received) + LEASE_BATCH,
         )
         taken = {fire.run_id for fire in ours}
-        rest = [(run_id, fence) for run_id, fence in pending if run_id not in taken]
+        rest = [
+            (m.envelope.run_id, m.envelope.fence_token)
+            for m in received
+            if m.envelope.run_id not in taken and not self._executor.holds(m.envelope.run_id)
+        ]
         fires = await self._store.lease_fenced_runs(rest, owner=self._node_id, lease_until=until)
         self._uncertain = []
         return await self._start(received, [*ours, *fires])

@@ -134,6 +134,10 @@ class Executor:
         """Whether a fire of this run is waiting or running here."""
         return run_id in self._leased
 
+    def held_run_ids(self) -> frozenset[int]:
+        """The runs whose fires are waiting or running here (what a take-back leaves alone)."""
+        return frozenset(self._leased)
+
     def submit(self, fires: Sequence[Fire]) -> None:
         """Start each fire at its instant; returns at once (the scheduler's dispatch hook).
 
@@ -314,7 +318,7 @@ class Executor:
         whose reply was lost. Their leases are live, so no other worker takes them meanwhile."""
         fires = await self._store.take_back_own_leases(
             owner=self._config.node_id,
-            holding=set(self._leased),
+            holding=self.held_run_ids(),
             now=now,
             lease_until=lease_until,
             limit=LEASE_BATCH,

@@ -219,11 +219,6 @@ class PostgresStore(SqlReads):
     ) -> list[Fire]:
         return await self._by_fence(self._sql.lease_fenced_runs, leases, owner, lease_until)
 
-    async def relet_own_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
-    ) -> list[Fire]:
-        return await self._by_fence(self._sql.relet_own_runs, leases, owner, lease_until)
-
     async def take_back_own_leases(
         self,
         *,

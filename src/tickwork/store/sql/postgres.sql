@@ -122,15 +122,6 @@ FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
 WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
 RETURNING {fire_join_returning}
 
--- name: relet_own_runs
--- Take back leases of ours whose reply was lost: each (:ids, :fences) pair still pending,
--- leased to :owner at exactly that fence, gets :lease_until; the fence stays.
-UPDATE tw_runs SET lease_until_us = :lease_until
-FROM unnest(:ids::bigint[], :fences::bigint[]) AS w(run_id, fence)
-WHERE tw_runs.id = w.run_id AND tw_runs.fence_token = w.fence AND tw_runs.status = 'pending'
-    AND tw_runs.lease_owner = :owner
-RETURNING {fire_returning}
-
 -- name: take_back_own_leases
 -- Take back the live leases of ours that a lost lease_runs reply left behind (those not in
 -- :holding): the fence stays, the lease is renewed. The inner select finds them through the

@@ -59,12 +59,6 @@ WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us 
              ORDER BY lease_until_us LIMIT :limit)
 RETURNING {fire_returning}
 
--- name: relet_own_run
--- Take back a lease of ours whose reply was lost: same fence, same owner, a fresh lease.
-UPDATE tw_runs SET lease_until_us = :lease_until
-WHERE id = :id AND fence_token = :fence AND status = 'pending' AND lease_owner = :owner
-RETURNING {fire_returning}
-
 -- name: take_back_own_leases
 -- Take back the live leases of ours that a lost lease_runs reply left behind (those not in
 -- :holding, a JSON list of run ids): same fence, a fresh lease.

@@ -167,11 +167,6 @@ class SqliteStore(SqlReads):
     ) -> list[Fire]:
         return await self._by_fence(SQL.lease_run.text, leases, owner, lease_until)
 
-    async def relet_own_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
-    ) -> list[Fire]:
-        return await self._by_fence(SQL.relet_own_run.text, leases, owner, lease_until)
-
     async def _by_fence(
         self, statement: str, leases: Sequence[tuple[int, int]], owner: str, lease_until: datetime
     ) -> list[Fire]:
