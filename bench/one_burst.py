@@ -2,6 +2,11 @@
 
     uv run python -m bench.one_burst --kind webhook --queue table --jobs 20000 [--reps 3]
     uv run python -m bench.one_burst --kind sustained --queue nats --rate 2000 [--window 20]
+    uv run python -m bench.one_burst --kind task --jobs 20000 --reps 3 --ceiling
+
+With `--ceiling`, each repetition first bursts the bare-SQL fire loop (`raw_fire_loop`) with the
+same N and prints tickwork's fires/s as a share of it: the same-run ratio to quote when a
+change touches the fire path (run it on the old and the new commit, alternating).
 
 It runs the same case as `python -m bench --only e2e` (fresh database, fresh api, scheduler and
 worker processes) and prints one line per repetition plus the CPU split, without touching
@@ -39,6 +44,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=20, help="sustained: seconds measured")
     parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
     parser.add_argument("--json", action="store_true", help="print each case as JSON too")
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="bursts: before each repetition, burst the bare-SQL fire loop with the same N",
+    )
     return parser.parse_args(argv)
 
 
@@ -55,7 +65,10 @@ async def run(args: argparse.Namespace) -> None:
             with tempfile.TemporaryDirectory(prefix="tw-one-burst-") as tmp:
                 env = Env(run_id=admin.prefix, quick=False, tmp=Path(tmp), admin=admin,
                           attribution=attribution)  # fmt: skip
+                ceiling = await _ceiling(args, env)
                 result = await e2e._guarded(_case(args, env, cfg), args.queue)
+            if ceiling is not None:
+                print(_ratio_line(result, ceiling), flush=True)
             if args.kind == "sustained":
                 result.setdefault("rate", args.rate)
                 print(e2e._step_line(result), flush=True)
@@ -78,6 +91,25 @@ def _case(args: argparse.Namespace, env: Env, cfg: e2e.E2EConfig) -> Any:
     if args.kind == "task":
         return e2e.task_burst_case(env, cfg, args.queue)
     return e2e.burst_case(env, cfg, args.queue)
+
+
+async def _ceiling(args: argparse.Namespace, env: Env) -> dict[str, Any] | None:
+    if not args.ceiling or args.kind == "sustained":
+        return None
+    cfg = dataclasses.replace(e2e.E2EConfig(), burst_jobs=args.jobs)
+    found: dict[str, Any] = (await e2e._ceiling(env, cfg))["ceiling"]
+    return found
+
+
+def _ratio_line(result: dict[str, Any], ceiling: dict[str, Any]) -> str:
+    mine, bare = result.get("fires_per_s"), ceiling.get("fires_per_s")
+    if not mine or not bare:
+        return "  ratio: n/a (a case failed)"
+    p99, bare_p99 = result.get("lateness_ms", {}).get("p99"), ceiling["lateness_ms"].get("p99")
+    return (
+        f"  ratio: tickwork {mine} / bare SQL {bare} fires/s = {100 * mine / bare:.1f} %"
+        f" (p99 lateness {p99} against {bare_p99} ms)"
+    )
 
 
 def _cpu_line(result: dict[str, Any]) -> str:
