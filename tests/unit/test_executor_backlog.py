@@ -10,8 +10,8 @@ from tickwork.clock import ManualClock
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import Fire
 from tickwork.store.memory import MemoryStore
+from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
-from tickwork.worker.executors.webhook import Attempt
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

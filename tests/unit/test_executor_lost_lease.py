@@ -16,8 +16,8 @@ from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.errors import StoreError
 from tickwork.store.base import Applied, ClaimPlan
 from tickwork.store.memory import MemoryStore
+from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
-from tickwork.worker.executors.webhook import Attempt
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HOUR_MS = 3_600_000  # a lease TTL no test waits out: only the repair can bring the fire back

@@ -16,8 +16,8 @@ from tickwork.errors import StoreError
 from tickwork.store.base import Applied, ClaimPlan
 from tickwork.store.memory import MemoryStore
 from tickwork.timing.outage import outage_pause_s
+from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
-from tickwork.worker.executors.webhook import Attempt
 
 
 class DownThenUp(MemoryStore):

@@ -11,8 +11,8 @@ from tickwork.clock import ManualClock
 from tickwork.domain.runs import Fire, RunOutcome
 from tickwork.store.base import Applied
 from tickwork.store.memory import MemoryStore
+from tickwork.worker.base import Attempt
 from tickwork.worker.executor import LEASE_BATCH, Executor, ExecutorConfig
-from tickwork.worker.executors.webhook import Attempt
 
 from .test_executor_backlog import T0, pending_runs
 

@@ -15,8 +15,8 @@ from tickwork.clock import SystemClock
 from tickwork.domain.jobs import WebhookTarget
 from tickwork.domain.runs import Fire
 from tickwork.store.memory import MemoryStore
+from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
-from tickwork.worker.executors.webhook import Attempt
 
 FIRES = 40
 SPACING = timedelta(milliseconds=3)

@@ -12,7 +12,8 @@ from tickwork.clock import ManualClock
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, TaskTarget
 from tickwork.domain.runs import Fire
 from tickwork.store.memory import MemoryStore
-from tickwork.tasks import PermanentFailure, TaskContext, TaskRegistry, TaskRunner
+from tickwork.tasks import PermanentFailure, TaskContext, TaskRegistry
+from tickwork.worker.executors.task import TaskRunner
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -29,11 +29,14 @@ from tickwork.queue.base import Queue
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
-from tickwork.tasks import DEFAULT_REGISTRY, TargetRunner, TaskRunner, import_task_modules
+from tickwork.tasks import DEFAULT_REGISTRY, import_task_modules
 from tickwork.worker.alerts import AlertSender
+from tickwork.worker.base import Alerter, Runner
 from tickwork.worker.consumer import QueueConsumer
-from tickwork.worker.executor import Alerter, Executor, ExecutorConfig, Runner
+from tickwork.worker.executor import Executor, ExecutorConfig
 from tickwork.worker.executors.ssrf import AddressPolicy
+from tickwork.worker.executors.target import TargetRunner
+from tickwork.worker.executors.task import TaskRunner
 from tickwork.worker.executors.webhook import WebhookRunner
 
 from .factory import store_for_url

@@ -22,7 +22,8 @@ from typing import Any, Final
 from tickwork import metrics
 from tickwork.clock import utc_iso
 from tickwork.domain.runs import Fire, RunOutcome
-from tickwork.worker.executors.webhook import USER_AGENT, Attempt, WebhookRunner
+from tickwork.worker.base import Attempt
+from tickwork.worker.executors.webhook import USER_AGENT, WebhookRunner
 
 log = logging.getLogger("tickwork.alerts")
 

@@ -1,9 +1,20 @@
-"""The in-process executor (stage 1): runs fires handed over by the scheduler, on time.
+"""The executor: runs the fires a process holds, each on time, and records their outcomes.
+
+Every deployment runs its fires here. In `tickwork up` the scheduler of the same process hands
+its fires over directly (`submit` is its dispatch hook). In worker processes started apart, the
+executor leases pending runs from the store itself (`lease_runs`): the runs table is the queue.
+Behind an external queue (NATS, Redis) the `QueueConsumer` (worker/consumer.py) leases the runs
+its messages name and submits them here, and the executor's own store lease becomes the backstop
+for lost messages: it takes a run only once its lease has been free for `backstop_delay_ms`
+(`queue_backstop_ms`). In every case the store lease also picks up what nobody else will: a
+lease that expired with its holder, a manual trigger, a retry whose backoff is over, a redriven
+dead letter.
 
 Each fire waits for its scheduled instant (the scheduler claims slightly ahead), runs under a
-concurrency limit, and its outcome is recorded in batches with a fence-guarded write. Fires
-whose lease expired without an outcome (a crashed process, a manual trigger) are leased again
-from the store, so a fire survives the death of the process that claimed it.
+concurrency limit through a `Runner` (worker/base.py states what a runner must do), and its
+outcome is recorded in batches with a fence-guarded write. Fires whose lease expired without an
+outcome (a crashed process) are leased again from the store, so a fire survives the death of
+the process that claimed it.
 
 That lease (`lease_runs`) can commit and still fail: the connection dies before the reply. Its
 runs are then leased to this node at fences it never learned, and nobody would run them until
@@ -27,7 +38,7 @@ import itertools
 import logging
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -37,7 +48,7 @@ from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.store.base import ScheduleStore
 from tickwork.timing.outage import outage_pause_s
 from tickwork.waiting import first_of
-from tickwork.worker.executors.webhook import Attempt
+from tickwork.worker.base import Alerter, Attempt, Runner
 from tickwork.worker.outcomes import outcome_for
 
 log = logging.getLogger("tickwork.executor")
@@ -48,9 +59,6 @@ LEASE_BATCH = 1000  # runs per lease (or take-back) call
 # yet", and the executor re-armed it again and again: ~76 wake-ups per fire, most of a worker's
 # CPU at 2,000 fires/s (py-spy). Waiting at least this long costs a fire under a millisecond.
 TIMER_FLOOR_S = 0.001
-
-Runner = Callable[[Fire], Awaitable[Attempt]]
-Alerter = Callable[[Fire, RunOutcome], Coroutine[object, None, object]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

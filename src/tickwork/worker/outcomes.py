@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from tickwork.domain.retry import decide
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
-from tickwork.worker.executors.webhook import Attempt
+from tickwork.worker.base import Attempt
 
 
 def outcome_for(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from tickwork.clock import Clock, SystemClock, utc_iso
 from tickwork.domain.jobs import WebhookTarget
@@ -24,22 +23,11 @@ from tickwork.domain.retry import classify_http, http_succeeded, parse_retry_aft
 from tickwork.domain.runs import Fire
 from tickwork.domain.signing import SigningSource, resolve_secrets
 from tickwork.webhooks import sign
+from tickwork.worker.base import ERROR_EXCERPT_CHARS, Attempt
 from tickwork.worker.executors.http1 import Http1Client, Resolve
 from tickwork.worker.executors.ssrf import AddressPolicy, EgressRefused
 
 USER_AGENT = "tickwork/0.1"
-ERROR_EXCERPT_CHARS = 500
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Attempt:
-    """What one execution produced; `retryable` and `retry_after_ms` feed the retry rules."""
-
-    ok: bool
-    http_status: int | None = None
-    error: str | None = None
-    retryable: bool = False
-    retry_after_ms: int | None = None
 
 
 def fire_headers(fire: Fire) -> dict[str, str]:
