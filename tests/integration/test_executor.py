@@ -17,6 +17,7 @@ from tickwork.store.sqlite import SqliteStore
 from tickwork.worker.executor import Executor, ExecutorConfig
 from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
+from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from ..support.receiver import Receiver
 
@@ -115,9 +116,10 @@ async def test_an_orphaned_fire_is_recovered_and_run_once(
     [lost] = await claim_one(store, job, lease_s=0)  # its claimer "died": the lease is over
     async with WebhookRunner(policy=LOOPBACK) as runner:
         executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="rescuer"))
-        assert await executor.recover_orphans() == 1
+        leaser = StoreLeaser(store, SystemClock(), executor, LeaserConfig(node_id="rescuer"))
+        assert (await leaser.run_once()).started == 1
         await executor.drain()
-        assert await executor.recover_orphans() == 0
+        assert (await leaser.run_once()).started == 0
     [hit] = receiver.for_path("/ok")
     assert hit.headers["tickwork-attempt"] == "2"
     assert hit.headers["webhook-id"] == lost.key

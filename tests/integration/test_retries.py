@@ -17,6 +17,7 @@ from tickwork.store.sqlite import SqliteStore
 from tickwork.worker.executor import Executor, ExecutorConfig
 from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
+from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from ..support.receiver import Receiver
 
@@ -44,10 +45,11 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 async def executor(store: SqliteStore) -> AsyncIterator[Executor]:
     policy = AddressPolicy(allow=["127.0.0.1/32"])
     async with WebhookRunner(policy=policy) as runner:
-        config = ExecutorConfig(node_id="t", orphan_scan_ms=60_000)  # only retries wake it
-        worker = Executor(store, SystemClock(), runner, config)
+        worker = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
+        leases = LeaserConfig(node_id="t", scan_interval_ms=60_000)  # only retries wake it
+        leaser = StoreLeaser(store, SystemClock(), worker, leases)
         stop = asyncio.Event()
-        task = asyncio.create_task(worker.run(stop))
+        task = asyncio.gather(worker.run(stop), leaser.run(stop))
         yield worker
         stop.set()
         await task

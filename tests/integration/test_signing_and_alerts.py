@@ -33,6 +33,7 @@ from tickwork.worker.alerts import AlertConfig, AlertSender
 from tickwork.worker.executor import Executor, ExecutorConfig
 from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
+from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from ..support.receiver import Delivery, Receiver
 
@@ -69,7 +70,7 @@ async def receiver() -> AsyncIterator[Receiver]:
 class Worker:
     executor: Executor
     stop: asyncio.Event
-    task: asyncio.Task[None]
+    task: asyncio.Future[object]
 
     async def finish(self) -> None:
         """Stop the loop; it drains fires, outcomes and alerts before returning."""
@@ -80,12 +81,15 @@ class Worker:
 @pytest.fixture
 async def worker(store: ScheduleStore) -> AsyncIterator[Worker]:
     async with WebhookRunner(policy=LOOPBACK, secrets=[PROCESS_SECRET]) as runner:
-        config = ExecutorConfig(node_id="t", orphan_scan_ms=60_000)
+        config = ExecutorConfig(node_id="t")
         executor = Executor(
             store, SystemClock(), runner, config, alerts=AlertSender(runner, FAST_ALERTS)
         )
+        leases = LeaserConfig(node_id="t", scan_interval_ms=60_000)
+        leaser = StoreLeaser(store, SystemClock(), executor, leases)
         stop = asyncio.Event()
-        running = Worker(executor, stop, asyncio.create_task(executor.run(stop)))
+        both = asyncio.gather(executor.run(stop), leaser.run(stop))
+        running = Worker(executor, stop, both)
         yield running
         if not running.task.done():
             await running.finish()

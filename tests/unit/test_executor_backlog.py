@@ -12,6 +12,7 @@ from tickwork.domain.runs import Fire
 from tickwork.store.memory import MemoryStore
 from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -46,9 +47,10 @@ async def test_leases_stop_at_the_backlog_limit_and_resume_as_fires_finish() -> 
     await pending_runs(store, 5)
     config = ExecutorConfig(node_id="w1", concurrency=10, backlog_limit=2)
     executor = Executor(store, ManualClock(T0), runner, config)
+    leaser = StoreLeaser(store, ManualClock(T0), executor, LeaserConfig(node_id="w1"))
 
-    assert await executor.recover_orphans() == 2
-    assert await executor.recover_orphans() == 0  # full: nothing more leased
+    assert (await leaser.run_once()).started == 2
+    assert (await leaser.run_once()).started == 0  # full: nothing more leased
     assert executor.room() == 0
     # The other three are still free for any worker to lease.
     others = await store.lease_runs(now=T0, owner="w2", lease_until=T0, limit=10)

@@ -38,6 +38,7 @@ from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.target import TargetRunner
 from tickwork.worker.executors.task import TaskRunner
 from tickwork.worker.executors.webhook import WebhookRunner
+from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from .factory import store_for_url
 
@@ -142,8 +143,9 @@ async def _serve_with(
             tasks = TaskRunner(DEFAULT_REGISTRY, store, clock, lease_ttl_ms=settings.lease_ttl_ms)
             runner = TargetRunner(webhooks, tasks)
             alerts = AlertSender(webhooks)  # same guarded session and signing as the jobs
-            executor = _executor(store, clock, settings, node_id, runner, queue is not None, alerts)
-            services.append(executor.run(stop))
+            executor = _executor(store, clock, settings, node_id, runner, alerts)
+            leaser = _leaser(store, clock, settings, node_id, executor, queue is not None)
+            services += [executor.run(stop), leaser.run(stop)]
             if queue is not None:
                 consumer = QueueConsumer(
                     store, queue, executor, clock, node_id=node_id,
@@ -226,16 +228,30 @@ def _executor(
     settings: Settings,
     node_id: str,
     runner: Runner,
-    external_queue: bool,
     alerts: Alerter,
 ) -> Executor:
     config = ExecutorConfig(
         node_id=node_id,
         concurrency=settings.executor_concurrency,
         lease_ttl_ms=settings.lease_ttl_ms,
-        backstop_delay_ms=settings.queue_backstop_ms if external_queue else 0,
     )
     return Executor(store, clock, runner, config, alerts=alerts)
+
+
+def _leaser(
+    store: ScheduleStore,
+    clock: Clock,
+    settings: Settings,
+    node_id: str,
+    executor: Executor,
+    external_queue: bool,
+) -> StoreLeaser:
+    config = LeaserConfig(
+        node_id=node_id,
+        lease_ttl_ms=settings.lease_ttl_ms,
+        backstop_delay_ms=settings.queue_backstop_ms if external_queue else 0,
+    )
+    return StoreLeaser(store, clock, executor, config)
 
 
 def _scheduler(

@@ -28,7 +28,7 @@ from tickwork.waiting import first_of
 
 log = logging.getLogger("tickwork.scheduler")
 
-Dispatch = Callable[[Sequence[Fire]], None]
+Dispatch = Callable[[Sequence[Fire]], object]  # hands fires to an executor; its answer is unused
 Publish = Callable[[Sequence[Envelope]], Awaitable[None]]
 
 

@@ -1,5 +1,6 @@
 """What the executor plugs in: a `Runner` that performs one attempt, an `Alerter` for dead
-letters, and the `Attempt` record a runner returns.
+letters, and the `Attempt` record a runner returns; and what the executor offers the services
+that feed it fires (`FireSink`).
 
 The executor (worker/executor.py) owns everything around an attempt: when it starts, the
 concurrency limit, the lease and its heartbeat, the fenced outcome write and the retry decision
@@ -10,12 +11,14 @@ worker/executors/: `WebhookRunner` (webhook.py), `TaskRunner` (task.py) and `Tar
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from tickwork.domain.runs import Fire, RunOutcome
 
-__all__ = ["ERROR_EXCERPT_CHARS", "Alerter", "Attempt", "Runner"]
+__all__ = ["ERROR_EXCERPT_CHARS", "Alerter", "Attempt", "FireSink", "Runner"]
 
 # An attempt's error text is kept in the run's history and shown by the API: a receiver's
 # answer or an exception's text is cut to this many characters.
@@ -83,4 +86,39 @@ class Alerter(Protocol):
 
     async def __call__(self, fire: Fire, outcome: RunOutcome, /) -> object:
         """Deliver the alert for `fire`'s dead-lettered occurrence (best effort)."""
+        ...
+
+
+class FireSink(Protocol):
+    """Where the services that lease fires hand them over: the executor.
+
+    The store leaser (worker/leaser.py) and the queue consumer (worker/consumer.py) lease runs
+    and `submit` them; the sink runs each at its instant and writes its outcome. They lease no
+    more than `room()`, so a worker that cannot keep up leaves the rest for other workers.
+    """
+
+    def room(self) -> int:
+        """How many more fires the sink wants now (its backlog limit minus what it holds)."""
+        ...
+
+    async def wait_for_room(self, timeout_s: float) -> bool:
+        """Wait until `room()` is above zero, at most `timeout_s`; whether it is."""
+        ...
+
+    def holds(self, run_id: int) -> bool:
+        """Whether a fire of this run is waiting or running in the sink."""
+        ...
+
+    def held_run_ids(self) -> frozenset[int]:
+        """Every run whose fire is waiting or running in the sink (what a take-back skips)."""
+        ...
+
+    def submit(self, fires: Sequence[Fire]) -> int:
+        """Run each fire at its instant; returns how many were new (a fire already held at
+        the same fence is not started twice)."""
+        ...
+
+    def on_retry_released(self, callback: Callable[[datetime], None]) -> None:
+        """Call `callback(retry_at)` whenever an outcome that releases a run for a retry is
+        written: whoever leases from the store must lease again by then."""
         ...

@@ -27,7 +27,8 @@ from tickwork.clock import Clock
 from tickwork.domain.runs import Fire
 from tickwork.queue.base import Queue, Received
 from tickwork.store.base import ScheduleStore
-from tickwork.worker.executor import LEASE_BATCH, Executor
+from tickwork.worker.base import FireSink
+from tickwork.worker.leaser import LEASE_BATCH
 
 log = logging.getLogger("tickwork.consumer")
 
@@ -37,7 +38,7 @@ class QueueConsumer:
         self,
         store: ScheduleStore,
         queue: Queue,
-        executor: Executor,
+        executor: FireSink,
         clock: Clock,
         *,
         node_id: str,

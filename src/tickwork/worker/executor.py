@@ -1,26 +1,17 @@
 """The executor: runs the fires a process holds, each on time, and records their outcomes.
 
-Every deployment runs its fires here. In `tickwork up` the scheduler of the same process hands
-its fires over directly (`submit` is its dispatch hook). In worker processes started apart, the
-executor leases pending runs from the store itself (`lease_runs`): the runs table is the queue.
-Behind an external queue (NATS, Redis) the `QueueConsumer` (worker/consumer.py) leases the runs
-its messages name and submits them here, and the executor's own store lease becomes the backstop
-for lost messages: it takes a run only once its lease has been free for `backstop_delay_ms`
-(`queue_backstop_ms`). In every case the store lease also picks up what nobody else will: a
-lease that expired with its holder, a manual trigger, a retry whose backoff is over, a redriven
-dead letter.
+Every deployment runs its fires here; they arrive through `submit` (the executor is the
+`FireSink` of worker/base.py). In `tickwork up` the scheduler of the same process hands its
+fires over directly. The store leaser (worker/leaser.py) leases runs from the store: on the
+table queue that is the dequeue, and everywhere it re-leases orphaned runs (an expired lease, a
+manual trigger, a retry whose backoff is over, a redriven dead letter). Behind an external
+queue (NATS, Redis) the `QueueConsumer` (worker/consumer.py) leases the runs its messages name.
 
 Each fire waits for its scheduled instant (the scheduler claims slightly ahead), runs under a
 concurrency limit through a `Runner` (worker/base.py states what a runner must do), and its
-outcome is recorded in batches with a fence-guarded write. Fires whose lease expired without an
-outcome (a crashed process) are leased again from the store, so a fire survives the death of
-the process that claimed it.
-
-That lease (`lease_runs`) can commit and still fail: the connection dies before the reply. Its
-runs are then leased to this node at fences it never learned, and nobody would run them until
-the lease ran out. So after a failed lease the next round first takes back this node's live
-leases that it does not hold (`take_back_own_leases`, same fence), then leases as usual: a lost
-reply costs one round, not a lease TTL.
+outcome is recorded in batches with a fence-guarded write, while a heartbeat extends the lease
+of every fire held here. A retry released by an outcome is announced to whoever leases from the
+store (`on_retry_released`), so it is leased again when its backoff ends.
 
 A job's dead-letter alert (`on_failure`) is sent only once the batch that dead-letters its run
 has been written and the store confirmed that this outcome applied: a zombie whose outcome the
@@ -38,7 +29,7 @@ import itertools
 import logging
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -53,12 +44,12 @@ from tickwork.worker.outcomes import outcome_for
 
 log = logging.getLogger("tickwork.executor")
 
-LEASE_BATCH = 1000  # runs per lease (or take-back) call
 # The shortest timer the executor arms. Loop timers have millisecond resolution (uvloop also
 # reads a cached loop time), so a timer for less than that fires at once, the clock says "not
 # yet", and the executor re-armed it again and again: ~76 wake-ups per fire, most of a worker's
 # CPU at 2,000 fires/s (py-spy). Waiting at least this long costs a fire under a millisecond.
 TIMER_FLOOR_S = 0.001
+MAX_IDLE_S = 1.0  # the longest the write loop sleeps without a wake-up
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,13 +58,6 @@ class ExecutorConfig:
     concurrency: int = 256
     lease_ttl_ms: int = 60_000
     flush_interval_ms: int = 20  # outcomes are written in batches at most this stale
-    orphan_scan_ms: int = 5_000  # how often to look for fires nobody is running
-    # With an external queue, runs normally arrive as messages; the store is only the backstop
-    # for lost messages, so a free lease is taken from it only once it is this old.
-    backstop_delay_ms: int = 0
-    # Lease runs this early (handed-off fires become leasable at their instant); the fire
-    # itself still waits for its instant, so it starts on time instead of a loop tick late.
-    lookahead_ms: int = 200
     # Fires leased but not yet finished that this executor keeps at most. Beyond it, it leases
     # no more: a worker that cannot keep up leaves the rest in the store (or the queue) for
     # other workers, instead of holding every run of a burst under leases it must heartbeat
@@ -112,13 +96,8 @@ class Executor:
         self._outcomes: list[RunOutcome] = []
         self._outcome_ready = asyncio.Event()
         self._leased: dict[int, int] = {}  # run_id -> fence of every fire we hold
-        self._next_lease_at: datetime | None = None  # the earliest retry we released
-        # The last lease_runs call failed, and may have committed: take back its leases first.
-        self._lease_uncertain = False
+        self._retry_listeners: list[Callable[[datetime], None]] = []
         self._random = random.Random().random  # backoff jitter; tests may replace it
-        # How far from now the lease horizon sits: ahead by the look-ahead, behind by the
-        # backstop delay (external queues deliver first; the store only backs them up).
-        self._horizon = timedelta(milliseconds=config.lookahead_ms - config.backstop_delay_ms)
 
     @property
     def backlog(self) -> int:
@@ -146,8 +125,13 @@ class Executor:
         """The runs whose fires are waiting or running here (what a take-back leaves alone)."""
         return frozenset(self._leased)
 
-    def submit(self, fires: Sequence[Fire]) -> None:
-        """Start each fire at its instant; returns at once (the scheduler's dispatch hook).
+    def on_retry_released(self, callback: Callable[[datetime], None]) -> None:
+        """Call `callback(retry_at)` for each retry an outcome write releases."""
+        self._retry_listeners.append(callback)
+
+    def submit(self, fires: Sequence[Fire]) -> int:
+        """Start each fire at its instant; returns at once, with how many fires were new
+        (the scheduler's dispatch hook, and where the leaser and the queue consumer deliver).
 
         No task per fire: due fires go to a ready queue that at most `concurrency` runner
         tasks drain, and later ones wait in a heap behind one timer. A task, a sleep and a
@@ -157,12 +141,14 @@ class Executor:
         leases may return a run that the scheduler or the queue consumer of this process leased
         too, and hands over once its own reply is in."""
         if not fires:
-            return
+            return 0
         now = self._clock.now()
+        started = 0
         for fire in fires:
             if self._leased.get(fire.run_id) == fire.fence_token:
                 continue
             self._leased[fire.run_id] = fire.fence_token
+            started += 1
             if fire.scheduled_for <= now:
                 self._ready.append(fire)
             else:
@@ -170,6 +156,7 @@ class Executor:
         self._idle.clear()
         self._start_runners()
         self._arm_timer()
+        return started
 
     def _arm_timer(self) -> None:
         if not self._waiting:
@@ -262,7 +249,8 @@ class Executor:
             if self._leased.get(outcome.run_id) == outcome.fence_token:
                 del self._leased[outcome.run_id]
             if outcome.retry_at is not None:
-                self._wake_at(outcome.retry_at)
+                for listener in self._retry_listeners:
+                    listener(outcome.retry_at)
             alerting = self._to_alert.pop(outcome.run_id, None)
             if alerting is not None and outcome.run_id in applied.run_ids:
                 self._alert(alerting, outcome)
@@ -279,89 +267,15 @@ class Executor:
         self._alert_tasks.add(task)
         task.add_done_callback(self._alert_tasks.discard)
 
-    def _wake_at(self, when: datetime) -> None:
-        self._next_lease_at = (
-            when if self._next_lease_at is None else min(self._next_lease_at, when)
-        )
-
-    async def recover_orphans(self) -> int:
-        """Lease the runs whose lease is free (crashed holder, manual trigger, retry due,
-        redriven dead letter) and run them; after a failed lease, first take back the leases
-        that call may have committed. Returns how many fires it started."""
-        self._next_lease_at = None
-        now = self._clock.now()
-        lease_until = now + timedelta(milliseconds=self._config.lease_ttl_ms)
-        started = 0
-        if self._lease_uncertain:
-            started += await self._take_back(now, lease_until)
-        room = min(self.room(), LEASE_BATCH)
-        if room == 0:
-            # Busy: look again next round (every flush interval) rather than waiting for a
-            # wake-up, since runs may be waiting in the store while nothing notifies.
-            self._next_lease_at = now
-            return started
-        try:
-            fires = await self._store.lease_runs(
-                now=now + self._horizon,
-                owner=self._config.node_id,
-                lease_until=lease_until,
-                limit=room,
-            )
-        except Exception:
-            # The error may have come after the commit (a lost reply): the runs would then be
-            # ours at fences we never saw. The next round takes them back before anything else.
-            self._lease_uncertain = True
-            raise
-        started += self._start_leased(fires)
-        # Sleep no longer than until the next lease frees up: a hand-off from a scheduler in
-        # another process, a retry, an expiring lease.
-        next_free = await self._store.next_lease_at()
-        self._next_lease_at = None if next_free is None else next_free - self._horizon
-        waiting = self._next_lease_at
-        metrics.QUEUE_LAG.set(max((now - waiting).total_seconds(), 0.0) if waiting else 0.0)
-        return started
-
-    async def _take_back(self, now: datetime, lease_until: datetime) -> int:
-        """Start the runs leased to this node that it does not hold: those of a lease call
-        whose reply was lost. Their leases are live, so no other worker takes them meanwhile."""
-        fires = await self._store.take_back_own_leases(
-            owner=self._config.node_id,
-            holding=self.held_run_ids(),
-            now=now,
-            lease_until=lease_until,
-            limit=LEASE_BATCH,
-        )
-        # Cleared only now that the store answered; a full batch may have left more behind.
-        self._lease_uncertain = len(fires) >= LEASE_BATCH
-        if fires:
-            log.info(
-                "took back %d leases whose reply was lost",
-                len(fires),
-                extra={"action": "leases_taken_back"},
-            )
-        return self._start_leased(fires)
-
-    def _start_leased(self, fires: Sequence[Fire]) -> int:
-        fresh = [f for f in fires if self._leased.get(f.run_id) != f.fence_token]
-        if fresh:
-            metrics.FIRES.labels(origin="leased").inc(len(fresh))
-            self.submit(fresh)
-        return len(fresh)
-
     async def run(self, stop: asyncio.Event) -> None:
-        """Flush outcomes and recover orphans until `stop`; then drain in-flight fires."""
-        runs_changed = self._store.watch("runs")
+        """Write outcomes in batches and heartbeat the leases of held fires until `stop`; then
+        drain the fires in flight."""
         loop = asyncio.get_running_loop()
-        next_scan = next_heartbeat = 0.0
+        next_heartbeat = 0.0
         failures = 0  # consecutive failed rounds: while the store is down, back off, log once
         while not stop.is_set():
             try:
-                lease = runs_changed.is_set() or loop.time() >= next_scan or self._retry_due()
-                if lease:
-                    runs_changed.clear()
-                more = await self._round(lease=lease)
-                if lease:  # only once it worked: a failed round leases again after its pause
-                    next_scan = loop.time() + self._config.orphan_scan_ms / 1000
+                await self.flush()
                 if loop.time() >= next_heartbeat:
                     await self.heartbeat()
                     # Three beats per lease: one lost beat never lets a live lease lapse.
@@ -383,45 +297,18 @@ class Executor:
                     extra={"action": "executor_recovered", "failed_rounds": failures},
                 )
                 failures = 0
-            if not more:
-                await self._pause(runs_changed, stop)
+            await self._pause(stop, next_heartbeat - loop.time())
         await self.drain()
 
-    async def _round(self, *, lease: bool) -> bool:
-        """Write the outcomes gathered so far and, if `lease`, lease more, both at once: they
-        touch different runs (ours are leased ahead of `now`, a lease takes only free ones),
-        and overlapping the two round trips is what lets one worker keep up with a burst.
-        Returns whether the lease took a big batch, i.e. more is likely waiting."""
-        calls = [self.flush(), self.recover_orphans()] if lease else [self.flush()]
-        results = await asyncio.gather(*calls, return_exceptions=True)
-        counts = []
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-            counts.append(result)
-        # Half a batch or more means the store had that many free: go again at once instead
-        # of pausing. Smaller leases (a worker whose backlog is full frees a few slots per
-        # round) keep the pause, so their leases and outcome writes stay batched.
-        return lease and counts[1] >= LEASE_BATCH // 2
-
-    def _retry_due(self) -> bool:
-        return self._next_lease_at is not None and self._clock.now() >= self._next_lease_at
-
-    async def _pause(self, runs_changed: asyncio.Event, stop: asyncio.Event) -> None:
-        # Outcomes wait up to a flush interval to be written together, but new runs do not:
-        # a scheduler claims as little as half a look-ahead before the instant, and a worker
-        # that slept through the notice for a flush interval could start the fire late.
-        await first_of([runs_changed, stop], self._config.flush_interval_ms / 1000)
-        if self._outcomes or runs_changed.is_set() or stop.is_set():
-            return
-        await first_of([self._outcome_ready, runs_changed, stop], self._idle_s())
-        self._outcome_ready.clear()
-
-    def _idle_s(self) -> float:
-        """Sleep at most until the earliest retry we released comes due (1 s otherwise)."""
-        if self._next_lease_at is None:
-            return 1.0
-        return min(max((self._next_lease_at - self._clock.now()).total_seconds(), 0.0), 1.0)
+    async def _pause(self, stop: asyncio.Event, heartbeat_in_s: float) -> None:
+        """Wait for outcomes (or the next heartbeat), then for a flush interval more, so that
+        outcomes are written together rather than one commit each."""
+        if not self._outcomes:
+            wait_s = min(max(heartbeat_in_s, 0.0), MAX_IDLE_S)
+            await first_of([self._outcome_ready, stop], wait_s)
+            self._outcome_ready.clear()
+        if self._outcomes and not stop.is_set():
+            await first_of([stop], self._config.flush_interval_ms / 1000)
 
     async def drain(self) -> None:
         """Wait for in-flight fires, write their outcomes, then let pending alerts finish

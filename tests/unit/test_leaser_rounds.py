@@ -1,5 +1,5 @@
-"""One executor round writes outcomes and leases at once, and a big lease starts the next round
-without the pause: how one worker keeps up with a burst."""
+"""The executor writes outcomes while the store leaser leases, and a big lease starts the next
+round without the pause: how one worker keeps up with a burst."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from tickwork.domain.runs import Fire, RunOutcome
 from tickwork.store.base import Applied
 from tickwork.store.memory import MemoryStore
 from tickwork.worker.base import Attempt
-from tickwork.worker.executor import LEASE_BATCH, Executor, ExecutorConfig
+from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.leaser import LEASE_BATCH, LeaserConfig, StoreLeaser
 
 from .test_executor_backlog import T0, pending_runs
 
@@ -48,15 +49,29 @@ class MeetingStore(MemoryStore):
         return await super().finish_runs(outcomes)
 
 
-async def test_a_round_writes_outcomes_while_it_leases() -> None:
+def worker(
+    store: MemoryStore, *, pause_ms: int, scan_interval_ms: int = 5_000, backlog_limit: int = 1024
+) -> tuple[Executor, StoreLeaser]:
+    clock = ManualClock(T0)
+    config = ExecutorConfig(node_id="w1", flush_interval_ms=1, backlog_limit=backlog_limit)
+    executor = Executor(store, clock, succeed, config)
+    leases = LeaserConfig(node_id="w1", pause_ms=pause_ms, scan_interval_ms=scan_interval_ms)
+    return executor, StoreLeaser(store, clock, executor, leases)
+
+
+def run(stop: asyncio.Event, executor: Executor, leaser: StoreLeaser) -> asyncio.Future[object]:
+    return asyncio.gather(executor.run(stop), leaser.run(stop))
+
+
+async def test_outcomes_are_written_while_the_leaser_leases() -> None:
     store = MeetingStore()
     await pending_runs(store, 3)
-    config = ExecutorConfig(node_id="w1", flush_interval_ms=1, orphan_scan_ms=0)
-    executor = Executor(store, ManualClock(T0), succeed, config)
+    executor, leaser = worker(store, pause_ms=1, scan_interval_ms=0)
     stop = asyncio.Event()
-    running = asyncio.create_task(executor.run(stop))
-    # The first round leases the three runs; they finish, and the next flush must meet a lease.
-    # One after the other, the finish would wait for a lease that never comes.
+    running = run(stop, executor, leaser)
+    # The first lease takes the three runs; they finish, and their flush must meet a lease.
+    # Were writing and leasing one after the other, the finish would wait for a lease that
+    # never comes.
     await asyncio.wait_for(store.leasing.wait(), 5)
     stop.set()
     await asyncio.wait_for(running, 5)
@@ -91,10 +106,9 @@ async def test_a_big_lease_is_followed_at_once_by_the_next() -> None:
     total = LEASE_BATCH + LEASE_BATCH // 2
     store = CountingLeases(total)
     await pending_runs(store, total)
-    config = ExecutorConfig(node_id="w1", flush_interval_ms=LONG_PAUSE_MS, backlog_limit=2 * total)
-    executor = Executor(store, ManualClock(T0), succeed, config)
+    executor, leaser = worker(store, pause_ms=LONG_PAUSE_MS, backlog_limit=2 * total)
     stop = asyncio.Event()
-    running = asyncio.create_task(executor.run(stop))
+    running = run(stop, executor, leaser)
     # The first round leases a full batch; the second leases the rest straight away. Had it
     # paused after the first, nothing would move for an hour.
     await asyncio.wait_for(store.all_leased.wait(), 5)
@@ -105,13 +119,12 @@ async def test_a_big_lease_is_followed_at_once_by_the_next() -> None:
 
 async def test_a_small_lease_keeps_the_pause() -> None:
     # A few runs per round (a busy worker freeing a few slots) stay batched: after leasing
-    # them the executor pauses instead of asking the store again at once.
+    # them the leaser pauses instead of asking the store again at once.
     store = CountingLeases(total=10)
     await pending_runs(store, 3)
-    config = ExecutorConfig(node_id="w1", flush_interval_ms=LONG_PAUSE_MS)
-    executor = Executor(store, ManualClock(T0), succeed, config)
+    executor, leaser = worker(store, pause_ms=LONG_PAUSE_MS)
     stop = asyncio.Event()
-    running = asyncio.create_task(executor.run(stop))
+    running = run(stop, executor, leaser)
     await asyncio.wait_for(store.leased_once.wait(), 5)
     for _ in range(100):  # many loop turns: a round without the pause would lease again
         await asyncio.sleep(0)

@@ -1,5 +1,5 @@
-"""A lease_runs call that commits and then loses its reply costs the executor one round, not a
-lease TTL: the next round takes back its own live leases (`take_back_own_leases`)."""
+"""A lease_runs call that commits and then loses its reply costs the store leaser one round, not
+a lease TTL: the next round takes back its own live leases (`take_back_own_leases`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tickwork.store.base import Applied, ClaimPlan
 from tickwork.store.memory import MemoryStore
 from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HOUR_MS = 3_600_000  # a lease TTL no test waits out: only the repair can bring the fire back
@@ -93,9 +94,12 @@ async def add_job(store: MemoryStore) -> Job:
     return await store.create_job(job)
 
 
-def executor_for(store: MemoryStore, runner: Runner) -> Executor:
+def worker_for(store: MemoryStore, runner: Runner) -> tuple[Executor, StoreLeaser]:
+    clock = ManualClock(T0)
     config = ExecutorConfig(node_id="w1", lease_ttl_ms=HOUR_MS, flush_interval_ms=1)
-    return Executor(store, ManualClock(T0), runner, config)
+    executor = Executor(store, clock, runner, config)
+    leases = LeaserConfig(node_id="w1", lease_ttl_ms=HOUR_MS, pause_ms=1)
+    return executor, StoreLeaser(store, clock, executor, leases)
 
 
 async def test_a_lease_whose_reply_was_lost_is_run_on_the_next_round(
@@ -103,10 +107,10 @@ async def test_a_lease_whose_reply_was_lost_is_run_on_the_next_round(
 ) -> None:
     store, runner = LostLeaseReply(), Runner()
     run = await store.add_manual_run((await add_job(store)).id, now=T0)  # leasable at once
-    executor = executor_for(store, runner)
+    executor, leaser = worker_for(store, runner)
     stop = asyncio.Event()
-    with caplog.at_level(logging.INFO, logger="tickwork.executor"):
-        running = asyncio.create_task(executor.run(stop))
+    with caplog.at_level(logging.INFO, logger="tickwork.leaser"):
+        running = asyncio.gather(executor.run(stop), leaser.run(stop))
         # Without the repair the run stays leased to w1 for an hour: this times out.
         await asyncio.wait_for(store.recorded.wait(), 5)
         stop.set()
@@ -125,24 +129,24 @@ async def test_a_lease_whose_reply_was_lost_is_run_on_the_next_round(
     ]
     assert (await store.get_run(run.id)).status is RunStatus.SUCCEEDED
     # The outage is logged as before: one failure, one recovery.
-    messages = [r.getMessage() for r in caplog.records if r.name == "tickwork.executor"]
-    assert messages.count("executor housekeeping failed") == 1
-    assert messages.count("executor housekeeping recovered") == 1
+    messages = [r.getMessage() for r in caplog.records if r.name == "tickwork.leaser"]
+    assert messages.count("leasing from the store failed") == 1
+    assert messages.count("store leases recovered") == 1
 
 
 async def test_the_take_back_is_retried_until_the_store_answers() -> None:
     store, runner = LostLeaseReply(take_back_down=2), Runner()
     run = await store.add_manual_run((await add_job(store)).id, now=T0)
-    executor = executor_for(store, runner)
+    executor, leaser = worker_for(store, runner)
 
     with pytest.raises(StoreError):  # the lease committed, its reply was lost
-        await executor.recover_orphans()
+        await leaser.run_once()
     for _ in range(2):  # the store is still down: the take-back is owed until it answers
         with pytest.raises(StoreError, match="taking back"):
-            await executor.recover_orphans()
-    assert await executor.recover_orphans() == 1
+            await leaser.run_once()
+    assert (await leaser.run_once()).taken_back == 1
     await executor.drain()
-    assert await executor.recover_orphans() == 0  # settled: nothing is taken back twice
+    assert (await leaser.run_once()).started == 0  # settled: nothing is taken back twice
 
     [lost] = store.lost
     assert [(f.run_id, f.fence_token) for f in runner.ran] == [(run.id, lost.fence_token)]
@@ -155,16 +159,16 @@ async def test_a_run_the_scheduler_of_this_process_also_hands_over_runs_once() -
     # run (leased to w1, live, not held), and the scheduler hands it over afterwards.
     store, runner = LostLeaseReply(commit=False), Runner()
     job = await add_job(store)
-    executor = executor_for(store, runner)
+    executor, leaser = worker_for(store, runner)
     with pytest.raises(StoreError):
-        await executor.recover_orphans()
+        await leaser.run_once()
 
     plan = ClaimPlan(
         job_id=job.id, expected_fence=0, expected_next_run_at=T0, scheduled_for=T0,
         coalesced=0, new_next_run_at=T0 + timedelta(hours=1),
     )  # fmt: skip
     claimed = await store.claim([plan], owner="w1", lease_until=T0 + timedelta(hours=1), now=T0)
-    assert await executor.recover_orphans() == 1  # taken back before the dispatch
+    assert (await leaser.run_once()).taken_back == 1  # taken back before the dispatch
     executor.submit(claimed)  # the scheduler's dispatch, late
     await executor.drain()
 

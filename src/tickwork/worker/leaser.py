@@ -1,0 +1,228 @@
+"""The store leaser: feeds the executor with runs leased straight from the store.
+
+Fires reach an executor three ways: from the scheduler of the same process (`tickwork up`),
+from an external queue (`QueueConsumer`, worker/consumer.py), or from the store itself, here.
+The store is the source of truth, so this service is what no deployment can do without:
+
+* With the table queue it IS the dequeue: a hand-off claim leaves each run unowned, its lease
+  free from its instant, and `lease_runs` takes it (fence + 1).
+* Everywhere it re-leases orphaned runs: a lease that expired with its holder (a crashed or
+  paused worker), a manual trigger, a retry whose backoff is over, a redriven dead letter.
+  Behind an external queue it is the backstop for lost messages: it leases a run only once its
+  lease has been free for `backstop_delay_ms`, so the queue's consumers come first.
+* A lease call can commit and still fail (the connection dies before the reply): its runs are
+  then leased to this node at fences it never learned. The next round first takes back this
+  node's live leases that its executor does not hold (`take_back_own_leases`, same fence), so
+  a lost reply costs one round, not a lease TTL.
+
+It lives in worker/ rather than maintenance/ because on the table queue it is the fire path
+itself, not upkeep beside it. It leases when runs change (a NOTIFY from a hand-off, a redrive),
+when a retry it knows of comes due, and every `scan_interval_ms` (an expired lease notifies
+nobody); a big batch is followed at once by the next, a small one waits `pause_ms` so that a
+busy executor freeing a few slots at a time still leases in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from tickwork import metrics
+from tickwork.clock import Clock
+from tickwork.domain.runs import Fire
+from tickwork.store.base import LeaseStore, StoreLifecycle
+from tickwork.timing.outage import outage_pause_s
+from tickwork.waiting import first_of
+from tickwork.worker.base import FireSink
+
+log = logging.getLogger("tickwork.leaser")
+
+LEASE_BATCH = 1000  # runs per lease (or take-back) call
+MAX_IDLE_S = 1.0  # the longest sleep without a wake-up
+
+
+class LeaserStore(LeaseStore, StoreLifecycle, Protocol):
+    """What the leaser needs of the store: its leases and its change notices."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaserConfig:
+    node_id: str
+    lease_ttl_ms: int = 60_000
+    scan_interval_ms: int = 5_000  # how often to look for runs nobody is running
+    # With an external queue, runs normally arrive as messages; the store is only the backstop
+    # for lost messages, so a free lease is taken from it only once it is this old.
+    backstop_delay_ms: int = 0
+    # Lease runs this early (handed-off fires become leasable at their instant); the fire
+    # itself still waits for its instant, so it starts on time instead of a loop tick late.
+    lookahead_ms: int = 200
+    # After a lease that was not full, wait this long (or for a change notice) before the next:
+    # leases of a few runs each (a busy worker freeing slots one by one) stay batched.
+    pause_ms: int = 20
+    batch: int = LEASE_BATCH
+
+    def __post_init__(self) -> None:
+        if self.batch < 1 or self.lease_ttl_ms < 1 or self.pause_ms < 0:
+            raise ValueError("batch and lease_ttl_ms must be positive, pause_ms not negative")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaseRound:
+    """What one `run_once` did."""
+
+    started: int  # fires handed to the executor (taken back ones included)
+    taken_back: int  # of those, leases taken back after a lost reply
+    full: bool  # it leased half a batch or more: more is likely waiting, go again at once
+    next_lease_at: datetime | None  # when to lease next at the latest (None: nothing pending)
+
+
+class StoreLeaser:
+    def __init__(
+        self, store: LeaserStore, clock: Clock, sink: FireSink, config: LeaserConfig
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._sink = sink
+        self._config = config
+        self._lease_ttl = timedelta(milliseconds=config.lease_ttl_ms)
+        # How far from now the lease horizon sits: ahead by the look-ahead, behind by the
+        # backstop delay (external queues deliver first; the store only backs them up).
+        self._horizon = timedelta(milliseconds=config.lookahead_ms - config.backstop_delay_ms)
+        self._next_lease_at: datetime | None = None
+        self._woken = asyncio.Event()  # a retry came due earlier than the leaser knew
+        # The last lease call failed, and may have committed: take back its leases first.
+        self._lease_uncertain = False
+        sink.on_retry_released(self.wake_at)
+
+    def wake_at(self, when: datetime) -> None:
+        """Lease again no later than `when` (the executor released a retry until then)."""
+        if self._next_lease_at is None or when < self._next_lease_at:
+            self._next_lease_at = when
+            self._woken.set()
+
+    async def run_once(self) -> LeaseRound:
+        """Take back the leases a failed call may have committed, then lease what is free
+        within the horizon, as much as the executor has room for, and hand it over."""
+        self._next_lease_at = None
+        now = self._clock.now()
+        lease_until = now + self._lease_ttl
+        taken_back = await self._take_back(now, lease_until) if self._lease_uncertain else 0
+        room = min(self._sink.room(), self._config.batch)
+        if room == 0:
+            # Busy: look again after the pause rather than waiting for a wake-up, since runs
+            # may be waiting in the store while nothing notifies.
+            self._next_lease_at = now
+            return LeaseRound(started=taken_back, taken_back=taken_back, full=False,
+                              next_lease_at=now)  # fmt: skip
+        try:
+            fires = await self._store.lease_runs(
+                now=now + self._horizon,
+                owner=self._config.node_id,
+                lease_until=lease_until,
+                limit=room,
+            )
+        except Exception:
+            # The error may have come after the commit (a lost reply): the runs would then be
+            # ours at fences we never saw. The next round takes them back before anything else.
+            self._lease_uncertain = True
+            raise
+        started = taken_back + self._hand_over(fires)
+        # Sleep no longer than until the next lease frees up: a hand-off from a scheduler in
+        # another process, a retry, an expiring lease.
+        next_free = await self._store.next_lease_at()
+        self._next_lease_at = None if next_free is None else next_free - self._horizon
+        waiting = self._next_lease_at
+        metrics.QUEUE_LAG.set(max((now - waiting).total_seconds(), 0.0) if waiting else 0.0)
+        return LeaseRound(
+            started=started,
+            taken_back=taken_back,
+            full=started >= self._config.batch // 2,
+            next_lease_at=self._next_lease_at,
+        )
+
+    async def _take_back(self, now: datetime, lease_until: datetime) -> int:
+        """Start the runs leased to this node that its executor does not hold: those of a
+        lease call whose reply was lost. Their leases are live, so no other worker takes them
+        meanwhile."""
+        fires = await self._store.take_back_own_leases(
+            owner=self._config.node_id,
+            holding=self._sink.held_run_ids(),
+            now=now,
+            lease_until=lease_until,
+            limit=self._config.batch,
+        )
+        # Cleared only now that the store answered; a full batch may have left more behind.
+        self._lease_uncertain = len(fires) >= self._config.batch
+        if fires:
+            log.info(
+                "took back %d leases whose reply was lost",
+                len(fires),
+                extra={"action": "leases_taken_back"},
+            )
+        return self._hand_over(fires)
+
+    def _hand_over(self, fires: Sequence[Fire]) -> int:
+        started = self._sink.submit(fires)
+        if started:
+            metrics.FIRES.labels(origin="leased").inc(started)
+        return started
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Lease until `stop`: on change notices, when a known retry or free lease comes due,
+        and every `scan_interval_ms`; a full batch is followed at once by the next."""
+        runs_changed = self._store.watch("runs")
+        loop = asyncio.get_running_loop()
+        next_scan = 0.0
+        failures = 0  # consecutive failed rounds: while the store is down, back off, log once
+        while not stop.is_set():
+            if runs_changed.is_set() or loop.time() >= next_scan or self._due():
+                runs_changed.clear()
+                self._woken.clear()
+                try:
+                    leased = await self.run_once()
+                except Exception:
+                    failures += 1
+                    self._log_failure(failures)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), outage_pause_s(failures))
+                    continue
+                if failures:
+                    log.warning(
+                        "store leases recovered",
+                        extra={"action": "lease_recovered", "failed_rounds": failures},
+                    )
+                    failures = 0
+                next_scan = loop.time() + self._config.scan_interval_ms / 1000
+                if leased.full:
+                    continue
+            await self._pause(runs_changed, stop)
+
+    def _log_failure(self, failures: int) -> None:
+        if failures == 1:
+            log.exception("leasing from the store failed", extra={"action": "lease_failed"})
+        else:
+            log.debug("leasing from the store failed again", exc_info=True)
+
+    def _due(self) -> bool:
+        return self._next_lease_at is not None and self._clock.now() >= self._next_lease_at
+
+    async def _pause(self, runs_changed: asyncio.Event, stop: asyncio.Event) -> None:
+        # A short pause first, woken by new runs: a scheduler claims as little as half a
+        # look-ahead before the instant, and a leaser that slept through the notice could start
+        # the fire late. Then, if nothing is due, sleep until something may be.
+        await first_of([runs_changed, stop], self._config.pause_ms / 1000)
+        if runs_changed.is_set() or stop.is_set() or self._due():
+            return
+        await first_of([runs_changed, stop, self._woken], self._idle_s())
+
+    def _idle_s(self) -> float:
+        """Sleep at most until the next known lease comes due (MAX_IDLE_S otherwise)."""
+        if self._next_lease_at is None:
+            return MAX_IDLE_S
+        left = (self._next_lease_at - self._clock.now()).total_seconds()
+        return min(max(left, 0.0), MAX_IDLE_S)
