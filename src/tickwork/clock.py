@@ -28,8 +28,8 @@ class Clock(Protocol):
         ...
 
     def monotonic_s(self) -> float:
-        """Seconds on a clock that never goes back, from an arbitrary origin: for measuring
-        intervals and arming timers, never for instants (the wall clock may be stepped)."""
+        """Seconds on a clock that never goes back, from an arbitrary origin: for intervals
+        and deadlines, which must not jump when the wall clock is stepped; never for instants."""
         ...
 
 
