@@ -376,6 +376,8 @@ class _ThrowawayServer(_Disposable):
                 )
             except OSError as exc:
                 raise ServiceUnavailable(f"{self.binary_name} did not start: {exc}") from exc
+        # Real time, not a Clock: this waits for a real process to start, whatever clock the
+        # services under test are given.
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

@@ -4,9 +4,10 @@ memory runs in-process; nats and redis run on private throwaway servers. Visibil
 are 1 s and the waits are fetch timeouts, not sleeps: a test that waits "past the visibility
 timeout" asks fetch to wait that long and checks what arrived.
 
-Where backends differ by design, the test checks the backend's declared capability
-(`dedupes`) or is written per backend (restarts): that difference is documented in
-docs/queues.md.
+Where backends differ by design, the test reads the capability the backend declares on the
+`Queue` Protocol (`queue.dedupes`), or is written per backend and checks the declaration
+against what happens (`survives_restart`, in the restart tests): those differences are
+documented in docs/queues.md.
 """
 
 from __future__ import annotations
@@ -310,7 +311,7 @@ async def test_publishing_a_msg_id_twice_follows_the_backends_dedupe_capability(
     attempt_1 = [m for m in got if m.envelope.attempt == 1]
     attempt_2 = [m for m in got if m.envelope.attempt == 2]
     assert len(attempt_2) == 1
-    if getattr(queue, "dedupes", False):
+    if queue.dedupes:
         assert len(attempt_1) == 1
     else:
         # Redis Streams: no idempotent XADD, the run ledger absorbs the duplicate.
@@ -318,10 +319,15 @@ async def test_publishing_a_msg_id_twice_follows_the_backends_dedupe_capability(
     await queue.ack(got)
 
 
-def test_backends_declare_their_dedupe_capability() -> None:
-    assert MemoryQueue.dedupes is True
-    assert NatsQueue.dedupes is True
-    assert RedisQueue.dedupes is False
+@pytest.mark.parametrize(
+    ("backend", "dedupes", "survives_restart"),
+    [(MemoryQueue, True, False), (NatsQueue, True, True), (RedisQueue, False, False)],
+)
+def test_backends_declare_their_capabilities(
+    backend: type[Queue], dedupes: bool, survives_restart: bool
+) -> None:
+    assert backend.dedupes is dedupes
+    assert backend.survives_restart is survives_restart
 
 
 # -- setup is idempotent -----------------------------------------------------------------------
@@ -421,6 +427,7 @@ async def test_nats_messages_survive_a_server_crash(restartable_nats: ThrowawayN
     queue = NatsQueue(
         restartable_nats.url, visibility_s=VISIBILITY_S, reconnect_time_wait_s=0.1, **names
     )
+    assert queue.survives_restart  # what this test holds it to
     await queue.open()
     try:
         sent = [envelope(n) for n in range(4)]
@@ -465,6 +472,7 @@ async def test_redis_without_persistence_loses_messages_on_restart_and_recovers(
 ) -> None:
     names = unique_names("redis")
     queue = RedisQueue(restartable_redis.url, visibility_s=VISIBILITY_S, **names)
+    assert not queue.survives_restart  # the loss below is what it declares
     await queue.open()
     try:
         await queue.publish([envelope(n) for n in range(3)])
@@ -474,7 +482,7 @@ async def test_redis_without_persistence_loses_messages_on_restart_and_recovers(
         await asyncio.to_thread(restartable_redis.start)
 
         # Honest: the throwaway server runs without RDB/AOF, so the stream, its group and the
-        # delayed set are gone. The store's reaper re-publishes runs whose lease expired.
+        # delayed set are gone. Workers lease the lost runs straight from the store (the backstop).
         assert await queue.depth() == 0
         assert await queue.fetch(10, timeout_s=0.3) == []
 

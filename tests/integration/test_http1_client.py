@@ -11,10 +11,12 @@ import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from tickwork.clock import ManualClock
 from tickwork.worker.executors.http1 import BODY_LIMIT, Http1Client, ResponseBroken
 from tickwork.worker.executors.ssrf import AddressPolicy, ForbiddenAddress, ForbiddenHost
 
@@ -107,6 +109,26 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced_transparent
             response = await client.request("GET", url, headers={}, body=None, timeout_s=5)
             assert response.status == 200
         assert (server.connections, len(server.requests)) == (3, 3)
+    await client.close()
+
+
+async def test_an_idle_connection_is_dropped_after_idle_timeout_by_the_clients_clock() -> None:
+    clock = ManualClock(datetime(2026, 3, 1, tzinfo=UTC))
+    client = Http1Client(LOOPBACK, idle_timeout_s=15, clock=clock)
+    async with serving(await answer_each(OK)) as server:
+        url = f"http://127.0.0.1:{server.port}/"
+
+        async def get() -> None:
+            response = await client.request("GET", url, headers={}, body=None, timeout_s=5)
+            assert response.status == 200
+
+        await get()
+        clock.advance(timedelta(seconds=14))
+        await get()  # idle 14 s: reused
+        assert server.connections == 1
+        clock.advance(timedelta(seconds=15, milliseconds=1))
+        await get()  # idle past 15 s: a server may have closed it, so a new one
+        assert (server.connections, len(server.requests)) == (2, 3)
     await client.close()
 
 

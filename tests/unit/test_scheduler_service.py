@@ -289,6 +289,56 @@ async def test_a_job_written_below_the_scan_floor_still_fires(deaf: bool, max_id
         await sink.until(lambda fires: any(f.job_id == f"{2:032x}" for f in fires), 10)
 
 
+class ScanLog(DeafStore):
+    """A deaf store that logs the floor (`not_before`) of every due scan; a test can await a
+    number of scans."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.floors: list[datetime | None] = []
+        self._scanned = asyncio.Condition()
+
+    async def due_jobs(
+        self, until: datetime, limit: int, *, not_before: datetime | None = None
+    ) -> list[DueJob]:
+        self.floors.append(not_before)
+        async with self._scanned:
+            self._scanned.notify_all()
+        return await super().due_jobs(until, limit, not_before=not_before)
+
+    async def until_scans(self, count: int, timeout_s: float = 5) -> None:
+        async def wait() -> None:
+            async with self._scanned:
+                await self._scanned.wait_for(lambda: len(self.floors) >= count)
+
+        await asyncio.wait_for(wait(), timeout_s)
+
+
+async def test_the_periodic_scan_from_the_bottom_follows_the_injected_clock() -> None:
+    """The scan floor drops every `max_idle_ms` by the scheduler's clock, not the machine's: on
+    a ManualClock that stands still the floor stays up however long the loop runs, and moved
+    past `max_idle_ms` the next scan starts from the bottom and finds the job nobody announced."""
+    store = ScanLog()
+    clock = ManualClock(T0)
+    await store.create_job(job(1, every_10ms(T0), T0))  # keeps the loop ticking, floor raised
+    sink = WatchedSink()
+    config = SchedulerConfig(node_id="n1", lookahead_ms=50, max_idle_ms=60_000)
+    service = SchedulerService(store, clock, config, dispatch=sink)
+    late = T0 - 10 * S  # below any floor the ticks can have set
+    hidden = f"{2:032x}"
+    async with looping(service):
+        await sink.until(lambda fires: len(fires) >= 5, timeout_s=5)
+        await store.create_job(job(2, Schedule(trigger=AtTrigger(at=late)), late))
+        written_at = len(store.floors)
+        await store.until_scans(written_at + 5)
+        assert None not in store.floors[written_at:]  # every scan since started at the floor
+        assert all(f.job_id != hidden for f in sink.fires)
+
+        clock.advance(timedelta(milliseconds=config.max_idle_ms + 1))
+        await sink.until(lambda fires: any(f.job_id == hidden for f in fires), timeout_s=5)
+    assert None in store.floors[written_at:]
+
+
 # -- the loop publishes one batch while it claims the next ------------------------------------
 
 

@@ -1,1 +1,4 @@
-"""Durable queues between schedulers and workers (stage 2): one Protocol, several backends."""
+"""Queues between schedulers and workers in separate processes: one Protocol, several backends.
+
+A queue is transport; the schedule store stays the source of truth (see `base.py`).
+"""

@@ -4,9 +4,11 @@ TickworkError                 (tickwork.errors)
  +-- QueueError               the queue failed: unreachable, timed out, refused a command
       +-- QueueUnavailable    cannot reach the server right now (connect, reconnecting, timeout)
 
-A caller (worker, scheduler) treats both the same way: back off and try again; the store's
-leases and reaper make sure that nothing is lost meanwhile. `QueueUnavailable` exists so a
-supervisor can tell "the server is down" from "the server said no" in its logs and health.
+A caller (worker, scheduler) treats both the same way: back off and try again. Nothing is lost
+meanwhile, because every fire is in the store before it is published: a run whose message never
+arrives is leased straight from the store by the workers' backstop (see queue/base.py).
+`QueueUnavailable` exists so a supervisor can tell "the server is down" from "the server said
+no" in its logs and health.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ Layout on the server (created or brought up to date by `open`, idempotently):
 * a stream (`stream`, default TICKWORK) on `subject`, retention WorkQueue (a message is
   deleted once acked), file storage, duplicate window `dedupe_window_s`;
 * one durable PULL consumer (`durable`) shared by every worker process: explicit ack,
-  AckWait = `visibility_s`, MaxDeliver = `max_deliver` (-1: unlimited, the worker decides
-  dead-lettering from `deliveries`).
+  AckWait = `visibility_s`, MaxDeliver = `max_deliver` (-1: unlimited, so the server never
+  drops a message on its own; workers dead-letter by the store's attempt count).
 
 How the contract maps onto JetStream:
 
@@ -26,7 +26,8 @@ Durability: the stream is on disk (-sd), so unacked messages and the consumer su
 server restart, even a SIGKILL. An ack that had not reached the disk when the server was
 killed can be lost, so an acked message may be delivered once more after a crash. JetStream
 acknowledges a publish before fsync (sync_interval, 2 min by default): a machine crash can
-lose the newest messages. The store's reaper repairs losses; the run ledger absorbs repeats.
+lose the newest messages. The workers' backstop runs what was lost (they lease such runs
+straight from the store); the fenced lease drops repeats.
 
 Connection: nats-py reconnects forever (`reconnect_time_wait_s` between attempts). While it
 is disconnected, fetch and publish wait for the reconnect up to their timeout

@@ -28,8 +28,9 @@ No dedupe: Redis 7 has no idempotent XADD, so publishing the same msg_id twice d
 twice (`dedupes = False`); the run ledger absorbs the duplicate.
 
 Durability is whatever the server is configured for: without RDB/AOF a restart loses the
-stream, the group and the delayed set (the queue recreates the group on its next call and
-the store's reaper re-publishes what was lost); with `appendfsync everysec` up to a second.
+stream, the group and the delayed set (the queue recreates the group on its next call, and
+the workers' backstop leases the lost runs straight from the store); with `appendfsync
+everysec` up to a second.
 """
 
 from __future__ import annotations

@@ -160,14 +160,14 @@ class SchedulerService:
         connection)."""
         changed = self._store.watch("jobs")
         floor: datetime | None = None
-        unbounded_by = 0.0  # monotonic time of the next scan that must start at the bottom
+        unbounded_by = 0.0  # when (clock.monotonic_s) the next scan must start at the bottom
         publishing = _PublishPipeline(self._publish_safely)
         try:
             while not stop.is_set():
-                if changed.is_set() or time.monotonic() >= unbounded_by:
+                if changed.is_set() or self._clock.monotonic_s() >= unbounded_by:
                     floor = None
                 if floor is None:
-                    unbounded_by = time.monotonic() + self._config.max_idle_ms / 1000
+                    unbounded_by = self._clock.monotonic_s() + self._config.max_idle_ms / 1000
                 floor = await self._tick_and_wait(floor, changed, stop, publishing)
         finally:
             await publishing.drain()  # what was claimed goes out before the queue closes

@@ -27,7 +27,6 @@ import base64
 import ipaddress
 import socket
 import ssl
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -35,6 +34,7 @@ from typing import cast
 import httptools
 from yarl import URL
 
+from tickwork.clock import Clock, SystemClock
 from tickwork.worker.executors.ssrf import (
     AddressPolicy,
     ForbiddenAddress,
@@ -84,14 +84,17 @@ class Http1Client:
         idle_timeout_s: float = 15.0,
         resolve: Resolve | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """`resolve(host, port)` returns addresses as text (default: the system's getaddrinfo,
-        so /etc/hosts applies); tests pass a stub to check the guard's decisions."""
+        so /etc/hosts applies); tests pass a stub to check the guard's decisions. `clock`
+        times idle connections (its monotonic reading)."""
         self._policy = policy or AddressPolicy()
         self._slots = asyncio.Semaphore(max_connections)
         self._idle_timeout_s = idle_timeout_s
         self._resolve = resolve or _system_resolve
         self._ssl_context = ssl_context
+        self._clock = clock or SystemClock()
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._targets: dict[str, _Target] = {}
 
@@ -145,7 +148,7 @@ class Http1Client:
     async def _acquire(self, target: _Target, *, reuse: bool = True) -> tuple[_Connection, bool]:
         idle = self._idle.get(target.origin)
         if reuse and idle:
-            stale_before = time.monotonic() - self._idle_timeout_s
+            stale_before = self._clock.monotonic_s() - self._idle_timeout_s
             while idle:
                 connection = idle.pop()
                 if connection.usable and connection.idle_since > stale_before:
@@ -157,7 +160,7 @@ class Http1Client:
         if not connection.usable:
             connection.close()
             return
-        connection.idle_since = time.monotonic()
+        connection.idle_since = self._clock.monotonic_s()
         self._idle.setdefault(target.origin, []).append(connection)
 
     async def _connect(self, target: _Target) -> _Connection:

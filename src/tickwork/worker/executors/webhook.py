@@ -64,7 +64,10 @@ class WebhookRunner:
 
     async def __aenter__(self) -> WebhookRunner:
         self._http = Http1Client(
-            self._policy, max_connections=self._max_connections, resolve=self._resolve
+            self._policy,
+            max_connections=self._max_connections,
+            resolve=self._resolve,
+            clock=self._clock,
         )
         return self
 
