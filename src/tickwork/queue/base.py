@@ -8,9 +8,9 @@ before it reaches the disk; a Redis without persistence forgets everything on re
 deliver one twice, and the store repairs both:
 
 * a lost message (never published, or dropped by the queue) leaves its run pending and free in
-  the store. Nobody re-publishes it: the worker's executor leases such runs straight from the
-  store, the backstop, once their lease has been free for `queue_backstop_ms`
-  (`ExecutorConfig.backstop_delay_ms`), with the same occurrence key;
+  the store. Nobody re-publishes it: the worker's store leaser (worker/leaser.py) leases such
+  runs straight from the store, the backstop, once their lease has been free for
+  `queue_backstop_ms` (`LeaserConfig.backstop_delay_ms`), with the same occurrence key;
 * a duplicate (a redelivery, a second publish) leases nothing: a worker leases the run a
   message names only while the run's fence is still the message's (`lease_fenced_runs`), and
   the first delivery moves it. Every later write of the attempt is fenced too.
@@ -38,8 +38,9 @@ no second copy that could be lost or outlive the run, and nothing for a backstop
 operations take the store's arguments (instants, owners, fences) and run in the store's
 transactions: a fetch there is already the fenced lease that a `Queue` consumer has to make in
 a second step, and dressing it as `fetch`/`ack` would hide that and add nothing. The store's
-contract suite (`tests/contract/test_store_contract.py`) covers it on every store backend;
-`queue_for_url` refuses to build it (`factory.py`).
+contract suite (`tests/contract/test_store_claims.py` for the publish, `test_store_leases.py`
+for the rest) covers it on every store backend; `queue_for_url` refuses to build it
+(`factory.py`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A message names a run and the fence the scheduler gave it. The consumer leases t
 store with a compare-and-set on the fence (a duplicate or superseded message finds the fence
 moved and is dropped), hands the fire to the executor and acks the message: from then on the
 store's lease, not the queue, keeps the fire alive. A message lost by the queue is recovered by
-the executor's backstop, which leases free runs straight from the store.
+the store leaser's backstop (worker/leaser.py), which leases free runs straight from the store.
 
 A lease call that fails may still have committed (the connection died after the commit, before
 the reply): the runs are then leased to this worker at the next fence while nobody runs them,
