@@ -10,9 +10,10 @@ LATENESS_TARGET_MS = 20.0
 E2E_WEBHOOK_TARGET = 5000.0  # fires/s end to end with webhooks (the issue)
 E2E_TASK_TARGET = 10000.0  # fires/s end to end with a Python no-op task (the issue)
 E2E_P99_MS = 100.0
-# The bare-SQL burst those targets were set against: shared/research/anchors-measured.md,
-# 10,000 one-shots on 2026-12-02. The targets as shares of it are compared with the same run's
-# bare-SQL burst (bench/raw_fire_loop.py, ADR 0011): the machine's speed moves between days.
+# The bare-SQL burst those targets were set against: a prototype of the fire loop that burst
+# 10,000 one-shots at this rate on this machine on 2026-12-02. The targets as shares of it are
+# compared with the same run's bare-SQL burst (bench/raw_fire_loop.py, ADR 0011): the
+# machine's speed moves between days.
 ANCHOR_RAW_BURST = 29947.0
 QUEUE_NAMES = {"table": "table queue", "nats": "NATS"}
 CLAIM_TARGET_PCT = 50.0
@@ -250,7 +251,9 @@ def _lateness_tables(cases: list[dict[str, Any]]) -> list[str]:
         "",
         "Where lateness comes from, in ms: **tick start** = the `now` of the scheduler tick "
         "that claimed the run (its `created_us`) minus the instant (negative: claimed ahead, "
-        "as intended with the 50 ms look-ahead; positive: the claim itself was late); "
+        "as intended: the scheduler claims up to its 200 ms look-ahead (`lookahead_ms`, ADR "
+        "0009) before the instant and, under an even load, wakes every half look-ahead, so a "
+        "run is claimed about 100 to 200 ms ahead; positive: the claim itself was late); "
         "**webhook** = finished_at - started_at of the run.",
         "",
         *table(_WHY_HEAD, why_rows),
