@@ -4,7 +4,7 @@
 
 The issue's end-to-end targets (10,000 fires/s with a no-op task, 5,000 with webhooks) are
 absolute, but they were set against a bare-SQL model of the fire loop measured on this machine on
-one day (shared/research/anchors-measured.md: 29,947 fires/s for a burst of one-shots), and the
+one day (a reference prototype: 29,947 fires/s for a burst of one-shots), and the
 machine's speed moves by a factor of two and more between days. So the end-to-end benchmark
 also runs this model, on the same server, in the same run, and reports tickwork against it.
 

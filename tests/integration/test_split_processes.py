@@ -48,9 +48,9 @@ async def test_each_occurrence_arrives_once_across_schedulers_and_workers(
 ) -> None:
     async with AsyncExitStack() as stack:
         api = await start(stack, pg_dsn, "api")
-        for _ in range(2):
-            await start(stack, pg_dsn, "scheduler")
-            await start(stack, pg_dsn, "worker")
+        for queue in ("", "table"):  # both name the table queue
+            await start(stack, pg_dsn, "scheduler", TICKWORK_QUEUE_URL=queue)
+            await start(stack, pg_dsn, "worker", TICKWORK_QUEUE_URL=queue)
         for n in range(10):
             body = {
                 "name": f"j{n}",

@@ -189,7 +189,10 @@ async def _open_queue(
     stack: contextlib.AsyncExitStack, settings: Settings, roles: frozenset[Role]
 ) -> Queue | None:
     """The external queue, for scheduler and worker processes that run apart."""
-    if not settings.queue_url or roles >= {Role.SCHEDULER, Role.WORKER}:
+    if settings.queue_url.strip().lower() in ("", "table") or roles >= {
+        Role.SCHEDULER,
+        Role.WORKER,
+    }:
         return None  # the store is the queue (or fires stay inside this process)
     from tickwork.queue.factory import queue_for_url
 
@@ -249,6 +252,7 @@ def _leaser(
     config = LeaserConfig(
         node_id=node_id,
         lease_ttl_ms=settings.lease_ttl_ms,
+        lookahead_ms=settings.lookahead_ms,
         backstop_delay_ms=settings.queue_backstop_ms if external_queue else 0,
     )
     return StoreLeaser(store, clock, executor, config)
