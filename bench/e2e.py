@@ -45,7 +45,7 @@ from bench.receiver import COUNT_PATH
 from bench.stats import summary
 from tickwork.clock import SystemClock
 from tickwork.domain.jobs import AtTrigger, Schedule, Target, TaskTarget, WebhookTarget
-from tickwork.jobs import JobService, JobSpec
+from tickwork.services.jobs import JobService, JobSpec
 from tickwork.store.postgres import PostgresStore, asyncpg_dsn
 from tickwork.testing import ThrowawayNats, free_port
 

@@ -1,16 +1,35 @@
-"""Helpers for tests and chaos tooling: free ports and private, killable PostgreSQL clusters.
+"""Throwaway PostgreSQL, NATS and Redis servers for tests: private, on free ports, deleted after.
 
-    free_port() -> int
-    ThrowawayPostgres(...)            a PostgreSQL cluster of our own in a temp dir, on a free port
-        .dsn(database="postgres")     postgresql://postgres@127.0.0.1:PORT/DATABASE
-        .stop(mode="fast")            "immediate" is a crash: no checkpoint, recovery on start
-        .start()
-        .alive()                      whether the server process runs (it may have died by itself)
-        .ensure_started()             start it again if it died (e.g. a PANIC on a full disk)
-        .cleanup()                    stop (if running) and delete the data directory
-    ServiceUnavailable                the binaries or the `postgres` account are missing
+A public helper, for tickwork's own tests and for anyone testing code that runs against
+tickwork (docs/testing.md). Each server runs from the locally installed binaries, listens on
+127.0.0.1 only, on a port the OS reports free, with its files in a new temporary directory; it
+never touches the machine's own servers, so a test may crash, pause or fill it at will.
 
-Never point any of this at the machine's shared servers: whatever gets crashed here is ours.
+    ThrowawayPostgres   a cluster of its own (initdb); `.dsn(database)` is a superuser DSN
+    ThrowawayNats       `nats-server -js`; `.url` is nats://127.0.0.1:PORT
+    ThrowawayRedis      `redis-server` without persistence; `.url` is redis://127.0.0.1:PORT/0
+    ServiceUnavailable  raised when a server cannot be provided here (binaries or accounts
+                        missing, or it did not start): skip the test, or fail it in CI
+    free_port()         a TCP port nobody listens on right now
+    pg_bindir()         where the PostgreSQL server binaries are (what ThrowawayPostgres uses)
+
+Use a server as a context manager: it starts on entry, and on exit (or if starting fails) it
+is stopped and its directory deleted. Forgotten ones are cleaned up at interpreter exit.
+
+    with ThrowawayPostgres() as pg:                    # initdb + start: a few seconds
+        subprocess.run(["tickwork", "db", "upgrade", "--db", pg.dsn()], check=True)
+        ...                                             # point the code under test at pg.dsn()
+
+    with ThrowawayRedis() as server:
+        client = redis.Redis.from_url(server.url)
+
+They can also be stopped and started again on the same port, to test what a client does in
+an outage: `ThrowawayPostgres.stop("immediate")` is a crash (WAL replay on the next start),
+`stop(kill=True)` SIGKILLs NATS or Redis, and `pause()` / `resume()` freeze NATS or Redis with
+SIGSTOP / SIGCONT (connections stay open and nothing answers).
+
+As root, initdb and pg_ctl (which refuse to run as root) run as the `postgres` account through
+`runuser`; that account must exist. No extra dependency: the standard library only.
 """
 
 from __future__ import annotations
@@ -33,6 +52,7 @@ from typing import Literal, Self
 
 __all__ = [
     "ServiceUnavailable",
+    "StopMode",
     "ThrowawayNats",
     "ThrowawayPostgres",
     "ThrowawayRedis",
@@ -40,6 +60,7 @@ __all__ = [
     "pg_bindir",
 ]
 
+# How `ThrowawayPostgres.stop` stops the server (pg_ctl -m): "immediate" is a crash.
 StopMode = Literal["smart", "fast", "immediate"]
 
 

@@ -13,7 +13,7 @@ from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.domain.signing import SigningSource, resolve_secrets
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import InvalidInput
-from tickwork.jobs import check_secrets
+from tickwork.services.rules import check_secrets
 from tickwork.webhooks import fingerprint, generate_secret, parse_secret
 from tickwork.worker.alerts import alert_body, alert_key
 

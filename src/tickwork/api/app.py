@@ -14,10 +14,11 @@ from tickwork.api.errors import install_error_handlers
 from tickwork.api.middleware import EdgeMiddleware
 from tickwork.api.routes import ApiContext, ops, v1
 from tickwork.clock import Clock
-from tickwork.jobs import DeadLetterService, JobService
+from tickwork.services.dead_letters import DeadLetterService
+from tickwork.services.jobs import JobService
+from tickwork.services.tenants import TenantService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
-from tickwork.tenants import TenantService
 
 API_DESCRIPTION = f"""{_package_doc}
 

@@ -34,9 +34,10 @@ from tickwork.api.schemas import (
 from tickwork.clock import Clock, utc_iso
 from tickwork.domain.jobs import JobState
 from tickwork.domain.runs import Run
-from tickwork.jobs import DeadLetterService, JobService
+from tickwork.services.dead_letters import DeadLetterService
+from tickwork.services.jobs import JobService
+from tickwork.services.tenants import TenantService
 from tickwork.store.base import JobQuery, ScheduleStore
-from tickwork.tenants import TenantService
 from tickwork.timing.preview import preview_cron
 
 log = logging.getLogger("tickwork.api")

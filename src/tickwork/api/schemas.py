@@ -43,22 +43,18 @@ from tickwork.domain.jobs import (
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
 from tickwork.errors import InvalidInput
-from tickwork.jobs import (
+from tickwork.services.jobs import KEEP, JobPatch, JobSpec, Keep, RunDetail
+from tickwork.services.rules import (
     ANCHOR_AT_ACCEPT,
-    KEEP,
     MAX_ATTEMPTS,
     MAX_MULTIPLIER,
     MAX_NAME_CHARS,
     MAX_TENANT_CHARS,
-    JobPatch,
-    JobSpec,
-    Keep,
-    RunDetail,
     check_secrets,
     check_webhook_url,
     retry_policy,
 )
-from tickwork.tenants import TenantSigning
+from tickwork.services.tenants import TenantSigning
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
 from tickwork.webhooks import fingerprint
 

@@ -12,7 +12,7 @@ from starlette.types import Receive, Scope, Send
 
 from tickwork.api.errors import describe_validation_error, dotted
 from tickwork.api.middleware import EdgeMiddleware
-from tickwork.jobs import check_webhook_url, new_job_id
+from tickwork.services.rules import check_webhook_url, new_job_id
 
 # -- webhook URLs -----------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ from tickwork.domain.jobs import (
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
 from tickwork.errors import InvalidInput
-from tickwork.jobs import ANCHOR_AT_ACCEPT, JobPatch, RunDetail
+from tickwork.services.jobs import JobPatch, RunDetail
+from tickwork.services.rules import ANCHOR_AT_ACCEPT
 
 T0 = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 

@@ -20,15 +20,9 @@ from tickwork.domain.jobs import (
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import RunOrigin, RunOutcome, RunStatus
 from tickwork.errors import Conflict, InvalidInput, NotFound
-from tickwork.jobs import (
-    ANCHOR_AT_ACCEPT,
-    DeadLetterService,
-    JobPatch,
-    JobService,
-    JobSpec,
-    NotDeadLettered,
-    retry_policy,
-)
+from tickwork.services.dead_letters import DeadLetterService, NotDeadLettered
+from tickwork.services.jobs import JobPatch, JobService, JobSpec
+from tickwork.services.rules import ANCHOR_AT_ACCEPT, retry_policy
 from tickwork.store.base import JobQuery
 from tickwork.store.memory import MemoryStore
 
@@ -339,7 +333,7 @@ async def test_redrive_and_purge_of_one_say_when_it_is_not_a_dead_letter(
 
 async def test_an_edit_racing_a_claim_is_reapplied_and_keeps_the_claim() -> None:
     from tickwork.domain.jobs import EveryTrigger, Job, Schedule, WebhookTarget
-    from tickwork.jobs import JobService, JobSpec
+    from tickwork.services.jobs import JobService, JobSpec
     from tickwork.store.base import ClaimPlan
     from tickwork.store.memory import MemoryStore
 

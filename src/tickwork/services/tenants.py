@@ -14,7 +14,7 @@ from typing import Final
 
 from tickwork.clock import Clock
 from tickwork.errors import InvalidInput
-from tickwork.jobs import MAX_TENANT_CHARS, check_secrets
+from tickwork.services.rules import check_secrets, check_tenant
 from tickwork.store.base import ScheduleStore
 from tickwork.webhooks import fingerprint
 
@@ -33,19 +33,21 @@ class TenantSigning:
 
 
 class TenantService:
+    """A tenant's signing secrets: set, shown as fingerprints, cleared."""
+
     def __init__(self, store: ScheduleStore, clock: Clock) -> None:
         self._store = store
         self._clock = clock
 
     async def signing(self, tenant: str) -> TenantSigning:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         found = await self._store.get_tenant(tenant)
         if found is None:
             return TenantSigning(tenant=tenant, fingerprints=(), updated_at=None)
         return _signing(tenant, found.webhook_secrets, found.updated_at)
 
     async def set_secrets(self, tenant: str, secrets: Sequence[str]) -> TenantSigning:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         if not secrets:
             raise InvalidInput(SECRETS_FIELD, "give 1 or 2 secrets; to remove them, DELETE instead")
         checked = check_secrets(SECRETS_FIELD, secrets)
@@ -53,7 +55,7 @@ class TenantService:
         return _signing(tenant, stored.webhook_secrets, stored.updated_at)
 
     async def clear_secrets(self, tenant: str) -> None:
-        _check_tenant(tenant)
+        check_tenant(tenant)
         if await self._store.get_tenant(tenant) is not None:
             await self._store.set_tenant_secrets(tenant, (), now=self._clock.now())
 
@@ -62,8 +64,3 @@ def _signing(tenant: str, secrets: Sequence[str], updated_at: datetime) -> Tenan
     return TenantSigning(
         tenant=tenant, fingerprints=tuple(fingerprint(s) for s in secrets), updated_at=updated_at
     )
-
-
-def _check_tenant(tenant: str) -> None:
-    if not tenant or len(tenant) > MAX_TENANT_CHARS:
-        raise InvalidInput("tenant", f"give a tenant of 1 to {MAX_TENANT_CHARS} characters")

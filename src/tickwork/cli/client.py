@@ -1,0 +1,63 @@
+"""The HTTP client the API commands talk through.
+
+Synchronous on purpose: a command makes one call (a few for `dlq redrive RUN_ID...`) and
+exits. Every HTTP failure becomes a `CliFailure` already worded for the command line: an
+unreachable API or a 5xx exits 1, a 4xx exits 2 with the API's message, its field named by
+the flag that set it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import httpx
+
+from tickwork.cli.app import EXIT_BAD_INPUT, EXIT_FAILURE, CliFailure, field_message
+from tickwork.settings import Settings
+
+__all__ = ["ApiClient", "api_client", "present"]
+
+TIMEOUT_S: Final = 30.0
+
+
+class ApiClient:
+    """A thin synchronous client; turns HTTP failures into `CliFailure`s."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            with httpx.Client(base_url=self.base_url, timeout=TIMEOUT_S) as client:
+                response = client.request(method, path, **kwargs)
+        except httpx.TransportError:
+            raise CliFailure(
+                f"cannot reach the tickwork API at {self.base_url} (is `tickwork up` running?)",
+                EXIT_FAILURE,
+            ) from None
+        except httpx.InvalidURL as exc:
+            raise CliFailure(f"--api: {self.base_url!r} is not a usable URL ({exc})") from None
+        if response.is_success:
+            return response.json() if response.content else None
+        raise self._failure(response)
+
+    def _failure(self, response: httpx.Response) -> CliFailure:
+        try:
+            error = response.json()["error"]
+            message = field_message(error.get("field"), str(error["message"]))
+        except (ValueError, KeyError, TypeError):
+            message = f"HTTP {response.status_code}: {response.text[:200]}"
+        if response.is_client_error:
+            return CliFailure(message, EXIT_BAD_INPUT)
+        return CliFailure(f"the API failed: {message}", EXIT_FAILURE)
+
+
+def api_client(api: str | None) -> ApiClient:
+    """The client for `--api`, else TICKWORK_API_URL, else the default local API."""
+    return ApiClient(api or Settings().api_url)
+
+
+def present(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values that were given: a flag left out sends no parameter, not a null."""
+    return {k: v for k, v in values.items() if v is not None}

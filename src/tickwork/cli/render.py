@@ -1,0 +1,256 @@
+"""How the commands print: the API's JSON as it came (`--json`), or rich tables for people.
+
+The tables read the API's JSON answers, not tickwork's records: the CLI sees only what the
+HTTP API returns, so anything shown here is something a script could read too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+from tickwork.cli.app import stdout_console
+from tickwork.clock import utc_iso
+from tickwork.timing.preview import PreviewEntry
+
+__all__ = [
+    "dead_letters_table",
+    "fires_table",
+    "job_detail",
+    "jobs_table",
+    "print_json",
+    "run_detail",
+    "runs_table",
+    "show",
+    "show_page",
+    "tenant_signing",
+]
+
+
+def print_json(data: Any, indent: int | None = 2) -> None:
+    sys.stdout.write(json.dumps(data, indent=indent) + "\n")
+    sys.stdout.flush()
+
+
+def show(data: Any, as_json: bool, render: Callable[[Any], Any]) -> None:
+    if as_json:
+        print_json(data)
+    else:
+        stdout_console().print(render(data))
+
+
+def show_page(page: Mapping[str, Any], as_json: bool, table: Table, more: str) -> None:
+    """A list page: the table, then the command for the next page (`more` + the cursor)."""
+    if as_json:
+        print_json(page)
+        return
+    console = stdout_console()
+    console.print(table)
+    cursor = page.get("next_after") or page.get("next_before")
+    if cursor:
+        console.print(f"more: {more} {cursor}", markup=False)
+
+
+# -- preview ----------------------------------------------------------------------------------
+
+
+def fires_table(entries: Sequence[PreviewEntry], *, cron: str, tz: str) -> Table:
+    table = Table(
+        "#", "UTC", f"local ({tz})", "note", title=f"next {len(entries)} fires of {cron!r}"
+    )
+    for n, entry in enumerate(entries, 1):
+        table.add_row(str(n), utc_iso(entry.utc), entry.local.isoformat(), entry.note or "")
+    return table
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+def jobs_table(jobs: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title=f"{len(jobs)} job(s)")
+    table.add_column("id", no_wrap=True)
+    for column in ("name", "state", "schedule", "next run (UTC)"):
+        table.add_column(column)
+    for job in jobs:
+        table.add_row(
+            job["id"],
+            job["name"],
+            job["state"],
+            _schedule_text(job["schedule"]),
+            job["next_run_at"] or "-",
+        )
+    return table
+
+
+def job_detail(job: Mapping[str, Any]) -> Table:
+    schedule, target = job["schedule"], job["target"]
+    window = f"{schedule.get('start_at') or '-'} .. {schedule.get('end_at') or '-'}"
+    rows = {
+        "id": job["id"],
+        "name": job["name"],
+        "tenant": job["tenant"],
+        "state": job["state"],
+        "schedule": _schedule_text(schedule),
+        "window": window,
+        "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
+        **_target_rows(target),
+        "signing": _signing_text(job["signing"]),
+        "on failure": job["on_failure"]["url"] if job.get("on_failure") else "-",
+        "retry": _retry_text(job["retry"]),
+        "next run": job["next_run_at"] or "-",
+        "last fired": job["last_fired_at"] or "-",
+        "fence token": str(job["fence_token"]),
+        "created": job["created_at"],
+        "updated": job["updated_at"],
+    }
+    return _detail_table(f"job {job['name']}", rows)
+
+
+def _schedule_text(schedule: Mapping[str, Any]) -> str:
+    if "cron" in schedule:
+        return f"cron {schedule['cron']} ({schedule.get('timezone', 'UTC')})"
+    if "every" in schedule:
+        return f"every {schedule['every']}"
+    return f"at {schedule.get('at')}"
+
+
+def _target_rows(target: Mapping[str, Any]) -> dict[str, str]:
+    if target["type"] == "task":
+        return {
+            "target": f"task {target['name']} (timeout {target['timeout']})",
+            "args": "-" if target["args"] is None else json.dumps(target["args"]),
+        }
+    return {
+        "target": f"{target['method']} {target['url']} (timeout {target['timeout']})",
+        "headers": ", ".join(f"{k}: {v}" for k, v in target["headers"].items()) or "-",
+        "body": "-" if target["body"] is None else json.dumps(target["body"]),
+    }
+
+
+def _signing_text(signing: Mapping[str, Any]) -> str:
+    if signing["source"] == "job":
+        return f"job's own secrets (fingerprints {', '.join(signing['fingerprints'])})"
+    return "inherited: the tenant's secrets, else the workers', else unsigned"
+
+
+def _retry_text(retry: Mapping[str, Any]) -> str:
+    return (
+        f"{retry['max_attempts']} attempt(s), backoff {retry['backoff']}"
+        f" x{retry['multiplier']:g} up to {retry['max_backoff']}"
+    )
+
+
+def _detail_table(title: str, rows: Mapping[str, str]) -> Table:
+    table = Table(show_header=False, title=title)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in rows.items():
+        table.add_row(key, value)
+    return table
+
+
+# -- runs and dead letters --------------------------------------------------------------------
+
+
+def _status_text(run: Mapping[str, Any]) -> str:
+    return f"{run['status']} (dead letter)" if run.get("dead_lettered_at") else run["status"]
+
+
+def _result_text(run: Mapping[str, Any]) -> str:
+    error = run.get("error") or run.get("last_error")
+    return error or (f"HTTP {run['http_status']}" if run.get("http_status") else "-")
+
+
+def runs_table(runs: Sequence[Mapping[str, Any]], *, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("run", "scheduled for", "origin", "status", "attempt", "started", "finished"):
+        table.add_column(column, no_wrap=column in ("run", "status"))
+    table.add_column("result", overflow="fold")
+    for r in runs:
+        table.add_row(
+            str(r["id"]),
+            r["scheduled_for"],
+            r["origin"],
+            _status_text(r),
+            str(r["attempt"]),
+            r["started_at"] or "-",
+            r["finished_at"] or "-",
+            _result_text(r),
+        )
+    return table
+
+
+def dead_letters_table(runs: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title=f"{len(runs)} dead letter(s)")
+    for column in ("run", "job", "scheduled for", "attempts", "dead-lettered"):
+        table.add_column(column, no_wrap=column in ("run", "job"))
+    table.add_column("last error", overflow="fold")
+    for r in runs:
+        table.add_row(
+            str(r["id"]),
+            r["job_id"],
+            r["scheduled_for"],
+            str(r["attempt"]),
+            r["dead_lettered_at"] or "-",
+            _result_text(r),
+        )
+    return table
+
+
+def run_detail(run: Mapping[str, Any]) -> Group:
+    rows = {
+        "id": str(run["id"]),
+        "job": run["job_id"],
+        "key": run["key"],
+        "origin": run["origin"],
+        "scheduled for": run["scheduled_for"],
+        "status": _status_text(run),
+        "attempt": str(run["attempt"]),
+        "fence token": str(run["fence_token"]),
+        "created": run["created_at"],
+        "started": run["started_at"] or "-",
+        "finished": run["finished_at"] or "-",
+        "result": _result_text(run),
+        "dead-lettered": run["dead_lettered_at"] or "-",
+    }
+    return Group(_detail_table(f"run {run['id']}", rows), _attempts_table(run["attempts"]))
+
+
+def _attempts_table(attempts: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title=f"{len(attempts)} attempt(s)")
+    for column in ("#", "status", "started", "finished", "worker", "fence"):
+        table.add_column(column, no_wrap=column in ("#", "status"))
+    table.add_column("result", overflow="fold")
+    for a in attempts:
+        table.add_row(
+            str(a["attempt"]),
+            a["status"],
+            a["started_at"],
+            a["finished_at"],
+            a["worker"] or "-",
+            str(a["fence_token"]),
+            _result_text(a),
+        )
+    return table
+
+
+# -- tenants ----------------------------------------------------------------------------------
+
+
+def tenant_signing(answer: Mapping[str, Any]) -> Table:
+    fingerprints = ", ".join(answer["fingerprints"])
+    rows = {
+        "tenant": answer["tenant"],
+        "signing": (
+            f"tenant's secrets (fingerprints {fingerprints})"
+            if answer["signing"] == "tenant"
+            else "none set: the workers' secrets, else unsigned"
+        ),
+        "updated": answer["updated_at"] or "-",
+    }
+    return _detail_table(f"webhook secrets of tenant {answer['tenant']}", rows)

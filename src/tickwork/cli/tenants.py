@@ -1,0 +1,49 @@
+"""`tickwork tenants secrets <verb>`: a tenant's webhook signing secrets, through the API.
+
+The secrets are write-only: `set` sends them, and every answer shows only their fingerprints.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+import typer
+
+from tickwork.cli.app import CliFailure, stdout_console, tenant_secrets_app
+from tickwork.cli.client import api_client
+from tickwork.cli.options import ApiOpt, JsonOpt, SecretOpt
+from tickwork.cli.render import show, tenant_signing
+
+__all__ = ["tenant_secrets_clear", "tenant_secrets_set", "tenant_secrets_show"]
+
+TenantArg = Annotated[str, typer.Argument(help="the tenant", show_default=False)]
+
+
+def _tenant_secrets_path(tenant: str) -> str:
+    return f"/v1/tenants/{quote(tenant, safe='')}/webhook-secrets"
+
+
+@tenant_secrets_app.command("set")
+def tenant_secrets_set(
+    tenant: TenantArg, secret: SecretOpt = None, api: ApiOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Sign the tenant's jobs that have no secrets of their own with these (1 or 2)."""
+    if not secret:
+        raise CliFailure("give --secret whsec_... (twice during a rotation)")
+    answer = api_client(api).call("PUT", _tenant_secrets_path(tenant), json={"secrets": secret})
+    show(answer, as_json, tenant_signing)
+
+
+@tenant_secrets_app.command("show")
+def tenant_secrets_show(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Show the fingerprints of the tenant's secrets (never the secrets)."""
+    show(api_client(api).call("GET", _tenant_secrets_path(tenant)), as_json, tenant_signing)
+
+
+@tenant_secrets_app.command("clear")
+def tenant_secrets_clear(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Remove the tenant's secrets (with --json: prints nothing)."""
+    api_client(api).call("DELETE", _tenant_secrets_path(tenant))
+    if not as_json:
+        stdout_console().print(f"cleared the webhook secrets of tenant {tenant}", markup=False)

@@ -1,0 +1,206 @@
+"""The job service: creating, editing, pausing, resuming, triggering and deleting jobs.
+
+The request and answer records it takes and gives (`JobSpec`, `JobPatch`, `RunDetail`) live
+here; the rules it applies are in `rules`. What the service adds to them:
+
+* Every job has a retry policy (`RetryPolicy()` unless one is given); an edit that gives one
+  replaces it whole, as it does a schedule or a target.
+* Signing secrets are write-only: no answer ever contains them. An edit that gives a target
+  without secrets keeps the job's secrets (`JobPatch.secrets` is KEEP); giving them, even
+  empty, replaces them. `on_failure` (the dead-letter alert webhook) is kept or replaced the
+  same way.
+* An edit is a read, a change and a compare-and-set write on the job's fence token, retried on
+  a fresh read when a scheduler claimed the job in between, so an edit never undoes a claim.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import Enum
+from typing import Final, Literal
+
+from tickwork.clock import Clock
+from tickwork.domain.jobs import AlertTarget, Job, JobState, Schedule, Target, WebhookTarget
+from tickwork.domain.retry import RetryPolicy
+from tickwork.domain.runs import AttemptRecord, Run
+from tickwork.errors import Conflict, InvalidInput, StaleJob
+from tickwork.services.rules import (
+    anchored,
+    check_alert,
+    check_fields,
+    first_fire,
+    new_job_id,
+    paused,
+    rescheduled,
+    resumed,
+)
+from tickwork.store.base import JobQuery, ScheduleStore
+
+__all__ = ["KEEP", "JobPatch", "JobService", "JobSpec", "Keep", "RunDetail"]
+
+EDIT_ATTEMPTS: Final = 5  # a job claimed every millisecond still gets edited within a few
+
+
+class Keep(Enum):
+    """In a JobPatch: leave this field as it is (where None means "clear it")."""
+
+    KEEP = "keep"
+
+
+KEEP: Final = Keep.KEEP
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobSpec:
+    """Everything a caller chooses about a new job."""
+
+    name: str
+    schedule: Schedule
+    target: Target
+    tenant: str = "default"
+    retry: RetryPolicy | None = None  # None: the default RetryPolicy()
+    on_failure: AlertTarget | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobPatch:
+    """A partial edit: None keeps a field; a given schedule, target or retry policy replaces the
+    old one whole. `secrets` (the webhook target's) and `on_failure` are kept unless given;
+    given as () or None they are cleared."""
+
+    name: str | None = None
+    tenant: str | None = None
+    schedule: Schedule | None = None
+    target: Target | None = None
+    retry: RetryPolicy | None = None
+    secrets: tuple[str, ...] | Literal[Keep.KEEP] = field(default=KEEP, repr=False)
+    on_failure: AlertTarget | Literal[Keep.KEEP] | None = KEEP
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunDetail:
+    """A run with its attempt history, oldest attempt first."""
+
+    run: Run
+    attempts: list[AttemptRecord]
+
+
+class JobService:
+    """Jobs and their runs, as the API offers them."""
+
+    def __init__(self, store: ScheduleStore, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def create(self, spec: JobSpec) -> Job:
+        now = self._clock.now()
+        schedule = anchored(spec.schedule, now)
+        retry = RetryPolicy() if spec.retry is None else spec.retry
+        check_fields(name=spec.name, tenant=spec.tenant, target=spec.target, retry=retry)
+        check_alert(spec.on_failure)
+        next_run_at = first_fire(schedule, now)
+        job = Job(
+            id=new_job_id(now),
+            name=spec.name,
+            tenant=spec.tenant,
+            schedule=schedule,
+            target=spec.target,
+            state=JobState.SCHEDULED,
+            next_run_at=next_run_at,
+            created_at=now,
+            updated_at=now,
+            retry=retry,
+            on_failure=spec.on_failure,
+        )
+        return await self._store.create_job(job)
+
+    async def get(self, job_id: str) -> Job:
+        return await self._store.get_job(job_id)
+
+    async def list(self, query: JobQuery) -> list[Job]:
+        return await self._store.list_jobs(query)
+
+    async def _edit(self, job_id: str, change: Callable[[Job, datetime], Job]) -> Job:
+        """Read, change and write back with the store's compare-and-set on the fence token.
+
+        A scheduler claiming the job in between makes the write stale; the change is then
+        re-applied to the fresh job, so an edit never undoes a claim (no lost advance, no
+        re-armed one-shot).
+        """
+        for _ in range(EDIT_ATTEMPTS):
+            job = await self._store.get_job(job_id)
+            edited = change(job, self._clock.now())
+            if edited is job:
+                return job
+            try:
+                return await self._store.update_job(edited)
+            except StaleJob:
+                continue
+        raise Conflict(f"job {job_id!r} kept changing while it was edited; try again")
+
+    async def update(self, job_id: str, patch: JobPatch) -> Job:
+        return await self._edit(job_id, lambda job, now: _patched(job, patch, now))
+
+    async def pause(self, job_id: str) -> Job:
+        return await self._edit(job_id, paused)
+
+    async def resume(self, job_id: str) -> Job:
+        return await self._edit(job_id, resumed)
+
+    async def trigger(self, job_id: str) -> Run:
+        """Fire the job once now, outside its schedule, whatever its state."""
+        return await self._store.add_manual_run(job_id, now=self._clock.now())
+
+    async def delete(self, job_id: str) -> None:
+        await self._store.delete_job(job_id)
+
+    async def runs(
+        self, job_id: str, limit: int = 50, before_id: int | None = None
+    ) -> builtins.list[Run]:
+        return await self._store.list_runs(job_id, limit=limit, before_id=before_id)
+
+    async def run(self, run_id: int) -> RunDetail:
+        """One run and its attempts. Raises NotFound."""
+        run = await self._store.get_run(run_id)
+        return RunDetail(run=run, attempts=await self._store.list_attempts(run_id))
+
+
+# -- applying a patch -------------------------------------------------------------------------
+# Pure like the rules, but here: they read a JobPatch (KEEP), which is this module's record.
+
+
+def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
+    edited = replace(
+        job,
+        name=job.name if patch.name is None else patch.name,
+        tenant=job.tenant if patch.tenant is None else patch.tenant,
+        target=_patched_target(job, patch),
+        retry=job.retry if patch.retry is None else patch.retry,
+        on_failure=job.on_failure if patch.on_failure is KEEP else patch.on_failure,
+        updated_at=now,
+    )
+    check_fields(name=edited.name, tenant=edited.tenant, target=edited.target, retry=edited.retry)
+    check_alert(edited.on_failure)
+    if patch.schedule is not None:
+        schedule = anchored(patch.schedule, now)
+        if schedule != job.schedule:
+            edited = rescheduled(edited, schedule, now)
+    return edited
+
+
+def _patched_target(job: Job, patch: JobPatch) -> Target:
+    """The edited target, with the job's secrets kept unless the patch gives new ones."""
+    target = job.target if patch.target is None else patch.target
+    if patch.secrets is KEEP:
+        kept = job.target.secrets if isinstance(job.target, WebhookTarget) else ()
+        secrets = kept if isinstance(target, WebhookTarget) else ()
+    else:
+        secrets = patch.secrets
+    if isinstance(target, WebhookTarget):
+        return replace(target, secrets=secrets)
+    if secrets:
+        raise InvalidInput("target.secrets", 'only a "webhook" target takes secrets')
+    return target
