@@ -152,16 +152,12 @@ def commands_in(text: str) -> list[list[str]]:
 
 @functools.cache
 def root_command() -> Any:
-    """The click command behind `tickwork` (found by name: where the typer app lives may move)."""
-    import tickwork.cli
+    """The click command behind `tickwork`: the root Typer app of `tickwork.cli.app`."""
+    from tickwork.cli.app import app
 
-    apps = [
-        value
-        for value in vars(tickwork.cli).values()
-        if isinstance(value, typer.Typer) and value.info.name == "tickwork"
-    ]
-    assert apps, "tickwork.cli no longer exposes the `tickwork` Typer app"
-    return typer.main.get_command(apps[0])
+    assert isinstance(app, typer.Typer)
+    assert app.info.name == "tickwork", "tickwork.cli.app.app is no longer the `tickwork` app"
+    return typer.main.get_command(app)
 
 
 @functools.cache
