@@ -30,6 +30,7 @@ from .store_helpers import (
     TARGET,
     claim,
     make_job,
+    outcome,
     plan_for,
 )
 
@@ -120,6 +121,24 @@ async def test_delete_removes_the_job_and_its_runs(store: ScheduleStore) -> None
         await store.get_job(job.id)
     with pytest.raises(NotFound):
         await store.list_runs(job.id)
+
+
+async def test_delete_takes_the_runs_attempts_along(store: ScheduleStore) -> None:
+    # Found by the stateful test: the SQL stores kept the attempts of a deleted job's runs, so
+    # list_attempts of a run that no longer exists listed them instead of raising NotFound.
+    job, other = make_job(1), make_job(2)
+    for j in (job, other):
+        await store.create_job(j)
+    fires = await claim(store, [plan_for(j, new_next=T0 + SEC) for j in (job, other)])
+    assert await store.finish_runs([outcome(f) for f in fires]) == 2
+    [mine] = [f for f in fires if f.job_id == job.id]
+    [theirs] = [f for f in fires if f.job_id == other.id]
+    await store.delete_job(job.id)
+    with pytest.raises(NotFound):
+        await store.get_run(mine.run_id)
+    with pytest.raises(NotFound):
+        await store.list_attempts(mine.run_id)
+    assert len(await store.list_attempts(theirs.run_id)) == 1  # other jobs keep theirs
 
 
 async def test_job_secrets_and_alert_round_trip_and_can_be_changed(store: ScheduleStore) -> None:

@@ -155,8 +155,8 @@ class JobStore(Protocol):
         ...
 
     async def delete_job(self, job_id: str) -> None:
-        """Delete the job and all its runs, in one transaction. A worker holding one of its
-        runs finds its later writes rejected (the run is gone). Raises NotFound."""
+        """Delete the job, all its runs and their attempts, in one transaction. A worker holding
+        one of its runs finds its later writes rejected (the run is gone). Raises NotFound."""
         ...
 
     async def get_tenant(self, tenant: str) -> Tenant | None:

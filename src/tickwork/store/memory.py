@@ -93,6 +93,7 @@ class MemoryStore:
             run = self._runs.pop(run_id)
             self._keys.discard(run.key)
             self._leases.pop(run_id, None)
+        self._attempts = [a for a in self._attempts if a.job_id != job_id]
         self._watchers.notify("jobs")
 
     # -- fire path --------------------------------------------------------------------------

@@ -7,6 +7,10 @@
 -- Delete one job (its runs go first, in the same transaction: tw_runs has no foreign key).
 DELETE FROM tw_jobs WHERE id = :id
 
+-- name: delete_attempts_of_job
+-- Delete the attempts of every run of one job, before its runs.
+DELETE FROM tw_attempts WHERE run_id IN (SELECT id FROM tw_runs WHERE job_id = :id)
+
 -- name: delete_runs_of_job
 -- Delete every run of one job, before the job itself.
 DELETE FROM tw_runs WHERE job_id = :id

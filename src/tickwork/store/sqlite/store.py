@@ -92,6 +92,7 @@ class SqliteStore(SqlReads):
 
     async def delete_job(self, job_id: str) -> None:
         def delete(conn: sqlite3.Connection) -> int:
+            conn.execute(SQL.delete_attempts_of_job.text, {"id": job_id})
             conn.execute(SQL.delete_runs_of_job.text, {"id": job_id})
             return conn.execute(SQL.delete_job.text, {"id": job_id}).rowcount
 
