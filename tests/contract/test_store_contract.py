@@ -1028,3 +1028,12 @@ async def test_a_stale_outcome_batched_with_the_current_one_records_one_attempt(
         (fire.fence_token, RunStatus.PENDING),
         (again.fence_token, RunStatus.SUCCEEDED),
     ]
+
+
+async def test_an_update_keeps_what_is_not_editable(store: ScheduleStore) -> None:
+    job = make_job(1, last_fired_at=T0 - SEC)
+    await store.create_job(job)
+    sent = replace(job, name="renamed", created_at=T0 + SEC, last_fired_at=T0, updated_at=T0 + SEC)
+    stored = await store.update_job(sent)
+    assert stored == replace(sent, created_at=job.created_at, last_fired_at=job.last_fired_at)
+    assert await store.get_job(job.id) == stored
