@@ -141,6 +141,15 @@ async def test_delete_takes_the_runs_attempts_along(store: ScheduleStore) -> Non
     assert len(await store.list_attempts(theirs.run_id)) == 1  # other jobs keep theirs
 
 
+async def test_an_update_keeps_what_is_not_editable(store: ScheduleStore) -> None:
+    job = make_job(1, last_fired_at=T0 - SEC)
+    await store.create_job(job)
+    sent = replace(job, name="renamed", created_at=T0 + SEC, last_fired_at=T0, updated_at=T0 + SEC)
+    stored = await store.update_job(sent)
+    assert stored == replace(sent, created_at=job.created_at, last_fired_at=job.last_fired_at)
+    assert await store.get_job(job.id) == stored
+
+
 async def test_job_secrets_and_alert_round_trip_and_can_be_changed(store: ScheduleStore) -> None:
     job = make_job(
         1, target=replace(TARGET, secrets=(SECRET_A, SECRET_B)), on_failure=ALERT, tenant="acme"

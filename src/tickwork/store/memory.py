@@ -81,7 +81,8 @@ class MemoryStore:
         current = await self.get_job(job.id)
         if current.fence_token != job.fence_token:
             raise StaleJob(f"job {job.id!r} was claimed since it was read")
-        stored = replace(job, last_fired_at=current.last_fired_at)
+        # Only the editable fields, state and next_run_at change (the SQL stores' UPDATE_JOB).
+        stored = replace(job, created_at=current.created_at, last_fired_at=current.last_fired_at)
         self._jobs[job.id] = stored
         self._watchers.notify("jobs")
         return stored

@@ -26,6 +26,13 @@ from tickwork.timing.durations import MAX_INTERVAL_MS, format_duration_ms
 _ONE_US = timedelta(microseconds=1)
 
 
+def _just_before(instant: datetime) -> datetime:
+    """The instant one microsecond earlier, in UTC. Subtracting from a datetime in a DST zone
+    is wall-clock arithmetic: 03:00 on a spring-forward day minus 1 us is 02:59:59.999999, a
+    local time that does not exist and maps an hour off. UTC has no such gaps."""
+    return instant.astimezone(UTC) - _ONE_US
+
+
 def validate_schedule(schedule: Schedule) -> None:
     """Raise InvalidInput (naming the field) unless the schedule is well formed and can fire.
 
@@ -52,7 +59,7 @@ def next_occurrence(schedule: Schedule, after: datetime) -> datetime | None:
     """The first occurrence strictly after `after`; None if the schedule has no more."""
     start_at = schedule.start_at
     if start_at is not None and start_at > after:
-        after = start_at - _ONE_US  # an occurrence exactly at start_at counts
+        after = _just_before(start_at)  # an occurrence exactly at start_at counts
     found = _next_raw(schedule.trigger, after)
     if found is None or (schedule.end_at is not None and found > schedule.end_at):
         return None
@@ -71,7 +78,7 @@ def first_occurrence(schedule: Schedule, now: datetime) -> datetime | None:
     if isinstance(trigger, CronTrigger):
         return next_occurrence(schedule, now)
     if isinstance(trigger, EveryTrigger):
-        return next_occurrence(schedule, now - _ONE_US)
+        return next_occurrence(schedule, _just_before(now))
     at = trigger.at.astimezone(UTC)
     return at if _in_bounds(schedule, at) else None
 
@@ -98,7 +105,7 @@ def count_occurrences(
 ) -> int:
     """How many occurrences lie in (after, until], counting no further than `cap`."""
     start_at = schedule.start_at
-    lo_exclusive = after if start_at is None or start_at <= after else start_at - _ONE_US
+    lo_exclusive = after if start_at is None or start_at <= after else _just_before(start_at)
     hi = until if schedule.end_at is None else min(until, schedule.end_at)
     if hi <= lo_exclusive or cap <= 0:
         return 0
@@ -233,7 +240,7 @@ def _check_can_fire(schedule: Schedule) -> None:
     if end_at is None:
         return  # cron expressions were checked to fire at all; intervals always do
     if schedule.start_at is not None:
-        fires = next_occurrence(schedule, schedule.start_at - _ONE_US) is not None
+        fires = next_occurrence(schedule, _just_before(schedule.start_at)) is not None
     elif isinstance(trigger, CronTrigger):
         fires = _cron(trigger).latest_at_or_before(end_at) is not None
     else:
