@@ -10,8 +10,8 @@ A lease call that fails may still have committed (the connection died after the 
 the reply): the runs are then leased to this worker at the next fence while nobody runs them,
 until the lease runs out. So after a failure the batch is kept, unacked, and the next round
 first takes back this worker's live leases that its executor does not hold
-(`take_back_own_leases`: same fence, same owner; the executor uses the same verb after its own
-lost lease), then leases the rest as usual: a dropped connection delays those fires by one
+(`take_back_own_leases`: same fence, same owner; the store leaser uses the same verb after its
+own lost lease), then leases the rest as usual: a dropped connection delays those fires by one
 round, not by a lease TTL.
 """
 
