@@ -100,6 +100,27 @@ async def test_heartbeats_extend_only_current_leases(store: ScheduleStore) -> No
     assert await store.extend_leases([(fire.run_id, fire.fence_token + 1)], lease_until=T0) == 0
 
 
+async def test_a_lease_named_twice_is_extended_and_counted_once(store: ScheduleStore) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    lease = (fire.run_id, fire.fence_token)
+    assert await store.extend_leases([lease, lease], lease_until=T0 + 300 * SEC) == 1
+
+
+async def test_of_two_outcomes_of_one_lease_in_a_batch_the_last_applies(
+    store: ScheduleStore,
+) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    retry = outcome(fire, status=RunStatus.PENDING, retry_at=T0 + 60 * SEC)
+    applied = await store.finish_runs([retry, outcome(fire)])
+    assert (applied, applied.run_ids) == (1, {fire.run_id})
+    assert (await store.get_run(fire.run_id)).status is RunStatus.SUCCEEDED
+    assert [a.status for a in await store.list_attempts(fire.run_id)] == [RunStatus.SUCCEEDED]
+
+
 async def test_a_retry_releases_the_run_until_its_instant(store: ScheduleStore) -> None:
     job = make_job(1)
     await store.create_job(job)

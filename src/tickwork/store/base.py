@@ -58,6 +58,19 @@ class Applied(int):
         return applied
 
 
+def last_outcome_per_lease(outcomes: Sequence[RunOutcome]) -> list[RunOutcome]:
+    """One outcome per (run, fence), the last one given: what every backend's `finish_runs`
+    applies, so that a batch holding two outcomes of one lease records one, the same way on
+    every backend (the executor never sends two; a re-sent batch could)."""
+    return list({(o.run_id, o.fence_token): o for o in outcomes}.values())
+
+
+def distinct_leases(leases: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (run_id, fence) pairs without repeats, in their first order: a pair named twice in
+    one call is one lease, leased, extended or counted once on every backend."""
+    return list(dict.fromkeys(leases))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DueJob:
     """A job whose next_run_at has come, as read by the due-scan (not yet claimed)."""
@@ -304,19 +317,20 @@ class LeaseStore(Protocol):
     ) -> int:
         """Heartbeat: move the lease of each pending (run_id, fence_token) to `lease_until`.
 
-        Returns how many were extended; a run whose fence moved on (its lease expired and
-        another worker took it) or that finished is not touched."""
+        Returns how many were extended (a pair named twice counts once); a run whose fence
+        moved on (its lease expired and another worker took it) or that finished is not
+        touched."""
         ...
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         """Apply a batch of outcomes, in one statement or transaction.
 
         An outcome applies only if its run is still pending at the outcome's fence token; a
-        zombie executor's late outcome is rejected, as is a second outcome for the same
-        (run, fence) in the batch. An applied outcome also appends the attempt to the
-        history. SUCCEEDED finishes the run; FAILED finishes and dead-letters it; PENDING
-        releases it until `retry_at` (the next `lease_runs` after that instant runs it again,
-        at a new fence).
+        zombie executor's late outcome is rejected. Of several outcomes for the same
+        (run, fence) in one batch only the last is applied (`last_outcome_per_lease`). An
+        applied outcome also appends the attempt to the history. SUCCEEDED finishes the run;
+        FAILED finishes and dead-letters it; PENDING releases it until `retry_at` (the next
+        `lease_runs` after that instant runs it again, at a new fence).
 
         Returns an `Applied`: the count, which also names the runs whose outcome applied (the
         executor sends a dead-letter alert only for a FAILED outcome whose write committed).

@@ -33,6 +33,8 @@ from tickwork.store.base import (
     StoreStats,
     Topic,
     Watchers,
+    distinct_leases,
+    last_outcome_per_lease,
 )
 
 
@@ -270,7 +272,7 @@ class MemoryStore:
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
     ) -> int:
         extended = 0
-        for run_id, fence in leases:
+        for run_id, fence in distinct_leases(leases):
             run = self._runs.get(run_id)
             if run is None or run.fence_token != fence or run_id not in self._leases:
                 continue
@@ -280,7 +282,7 @@ class MemoryStore:
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         applied: list[int] = []
-        for outcome in outcomes:
+        for outcome in last_outcome_per_lease(outcomes):
             run = self._runs.get(outcome.run_id)
             if run is None or run.status is not RunStatus.PENDING:
                 continue

@@ -26,7 +26,15 @@ from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
-from tickwork.store.base import Applied, ClaimPlan, HistoryMaintenance, Topic, Watchers
+from tickwork.store.base import (
+    Applied,
+    ClaimPlan,
+    HistoryMaintenance,
+    Topic,
+    Watchers,
+    distinct_leases,
+    last_outcome_per_lease,
+)
 from tickwork.store.postgres import history
 from tickwork.store.postgres.connect import SERVER_SETTINGS, asyncpg_dsn, keep_session
 from tickwork.store.postgres.errors import translated
@@ -249,7 +257,7 @@ class PostgresStore(SqlReads):
         if not leases:
             return []
         # A pair repeated in the batch would join its row twice; one lease is all it may get.
-        unique = list(dict.fromkeys(leases))
+        unique = distinct_leases(leases)
         values = {
             "ids": [run_id for run_id, _ in unique],
             "fences": [fence for _, fence in unique],
@@ -264,9 +272,10 @@ class PostgresStore(SqlReads):
     ) -> int:
         if not leases:
             return 0
+        unique = distinct_leases(leases)
         values = {
-            "ids": [run_id for run_id, _ in leases],
-            "fences": [fence for _, fence in leases],
+            "ids": [run_id for run_id, _ in unique],
+            "fences": [fence for _, fence in unique],
             "lease_until": to_us(lease_until),
         }
         return await self._execute(self._sql.extend_leases, values, "extending leases")
@@ -274,9 +283,8 @@ class PostgresStore(SqlReads):
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not outcomes:
             return Applied(())
-        # One outcome per (run, fence): a repeat would join the applied row twice.
-        unique = {(o.run_id, o.fence_token): o for o in outcomes}
-        params = [rows.outcome_params(o) for o in unique.values()]
+        # One outcome per (run, fence): a repeat would also join the applied row twice.
+        params = [rows.outcome_params(o) for o in last_outcome_per_lease(outcomes)]
         values = {column: [p[name] for p in params] for column, name in _OUTCOME_ARRAYS.items()}
         applied = await self._fetch(self._sql.finish_runs, values, "recording runs")
         return Applied(r["run_id"] for r in applied)

@@ -26,7 +26,15 @@ from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob
-from tickwork.store.base import Applied, ClaimPlan, HistoryMaintenance, Topic, Watchers
+from tickwork.store.base import (
+    Applied,
+    ClaimPlan,
+    HistoryMaintenance,
+    Topic,
+    Watchers,
+    distinct_leases,
+    last_outcome_per_lease,
+)
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement, load_statements
 from tickwork.store.sql.reads import SqlReads
@@ -178,7 +186,7 @@ class SqliteStore(SqlReads):
         until = to_us(lease_until)
         params = [
             {"id": run_id, "fence": fence, "owner": owner, "lease_until": until}
-            for run_id, fence in dict.fromkeys(leases)
+            for run_id, fence in distinct_leases(leases)
         ]
 
         def each(conn: sqlite3.Connection) -> list[sqlite3.Row]:
@@ -214,7 +222,10 @@ class SqliteStore(SqlReads):
         if not leases:
             return 0
         until = to_us(lease_until)
-        params = [{"id": run_id, "fence": fence, "lease_until": until} for run_id, fence in leases]
+        params = [
+            {"id": run_id, "fence": fence, "lease_until": until}
+            for run_id, fence in distinct_leases(leases)
+        ]
         return await self._write(
             lambda conn: sum(conn.execute(SQL.extend_lease.text, p).rowcount for p in params)
         )
@@ -222,7 +233,7 @@ class SqliteStore(SqlReads):
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not outcomes:
             return Applied(())
-        params = [rows.outcome_params(o) for o in outcomes]
+        params = [rows.outcome_params(o) for o in last_outcome_per_lease(outcomes)]
         return Applied(await self._write(lambda conn: _finish(conn, params)))
 
     async def get_tenant(self, tenant: str) -> Tenant | None:
