@@ -146,6 +146,9 @@ class Cluster:
         env = {
             "TICKWORK_NODE_ID": name,
             "TICKWORK_LEASE_TTL_MS": str(self.config.lease_ttl_ms),
+            # A fifth of the TTL, as in the defaults (5 s, 1 s): a lease must last longer than
+            # four heartbeats, and this keeps any --lease-ttl-ms within that rule.
+            "TICKWORK_LEASE_HEARTBEAT_MS": str(max(self.config.lease_ttl_ms // 5, 100)),
             "TICKWORK_QUEUE_BACKSTOP_MS": str(self.config.backstop_ms),
             "TICKWORK_WEBHOOK_SECRETS": self.config.secret,
             "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",

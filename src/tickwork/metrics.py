@@ -69,3 +69,20 @@ QUEUE_DEPTH = Gauge(
     "Fires waiting for a worker: messages published and not yet acked (NATS, Redis), or pending "
     "runs leasable now (table queue); sampled every metrics_interval_ms",
 )
+PARTITIONS_OWNED = Gauge(
+    "tickwork_partitions_owned", "Partitions of the job space this scheduler holds a lease on"
+)
+TAKEOVERS = Counter(
+    "tickwork_takeover_fires_total",
+    "Overdue occurrences this scheduler claimed in partitions it does not hold (a slow or dead "
+    "owner's work, taken over after the takeover grace)",
+)
+STALE_EPOCH_REFUSALS = Counter(
+    "tickwork_stale_epoch_refusals_total",
+    "Claims the store refused because this scheduler no longer held the partition at that epoch",
+)
+PARTITION_LAG = Gauge(
+    "tickwork_partition_lag_seconds",
+    "Now minus the oldest due, unclaimed job of a partition (0 when none is due)",
+    ["partition"],
+)

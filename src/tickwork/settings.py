@@ -9,13 +9,19 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
+)
+
+from tickwork.worker.lease_timing import (
+    DEFAULT_HEARTBEAT_MS,
+    DEFAULT_LEASE_TTL_MS,
+    lease_timing_problem,
 )
 
 DEFAULT_DB_URL = "sqlite:///./.tickwork/tickwork.db"
@@ -41,7 +47,19 @@ class Settings(BaseSettings):
     claim_batch: int = Field(1000, ge=1, le=10_000)
     lookahead_ms: int = Field(200, ge=0, le=1000, description="claim this early; fire on time")
     max_idle_ms: int = Field(1000, ge=10, description="longest sleep without a wake-up")
-    lease_ttl_ms: int = Field(60_000, ge=1000)
+    # worker leases (ADR 0016): a dead worker's fires run elsewhere once its leases expire
+    lease_ttl_ms: int = Field(
+        DEFAULT_LEASE_TTL_MS, ge=1000, description="how long a fire stays leased unrenewed"
+    )
+    lease_heartbeat_ms: int = Field(
+        DEFAULT_HEARTBEAT_MS, ge=100, description="how often a worker renews its fires' leases"
+    )
+    partition_lease_ttl_ms: int = Field(
+        5_000, ge=300, description="a scheduler's lease on its partitions; renewed every third"
+    )
+    takeover_grace_ms: int = Field(
+        500, ge=0, description="any scheduler may claim a job this overdue, whoever holds it"
+    )
     # executor
     executor_concurrency: int = Field(256, ge=1)
     # Comma-separated in the environment: TICKWORK_WEBHOOK_ALLOW=127.0.0.1/32,10.1.0.0/16
@@ -92,6 +110,16 @@ class Settings(BaseSettings):
         for text in value:
             parse_secret(text)  # its ValueError says what is wrong with the secret
         return value
+
+    @model_validator(mode="after")
+    def _lease_outlives_missed_heartbeats(self) -> Settings:
+        problem = lease_timing_problem(self.lease_ttl_ms, self.lease_heartbeat_ms)
+        if problem is not None:
+            raise ValueError(
+                f"lease_ttl_ms, lease_heartbeat_ms: {problem}; raise TICKWORK_LEASE_TTL_MS "
+                "or lower TICKWORK_LEASE_HEARTBEAT_MS"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

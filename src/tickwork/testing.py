@@ -440,9 +440,12 @@ class _ThrowawayServer(_Disposable):
         self._process = None
 
     def pause(self) -> None:
-        """SIGSTOP: connections stay open and nothing answers (a hung server, a GC pause)."""
+        """SIGSTOP: connections stay open and nothing answers (a hung server, a GC pause).
+        Returns once the kernel reports the process stopped, so that nothing sent after this
+        call can still be answered."""
         if self._process is not None:
             self._process.send_signal(signal.SIGSTOP)
+            _until_stopped(self._process.pid)
 
     def resume(self) -> None:
         """SIGCONT after `pause`."""
@@ -465,6 +468,21 @@ class _ThrowawayServer(_Disposable):
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"{type(self).__name__}(port={self.port}, root={self._root}, {state})"
+
+
+def _until_stopped(pid: int, timeout_s: float = 5.0) -> None:
+    """Wait until /proc says `pid` is stopped (state T); a signal is delivered asynchronously.
+    Where there is no /proc, return at once."""
+    stat = Path(f"/proc/{pid}/stat")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("T", "t"):
+            return
+        time.sleep(0.001)  # the kernel has no event for this; it takes microseconds
 
 
 class ThrowawayNats(_ThrowawayServer):

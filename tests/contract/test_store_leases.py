@@ -7,11 +7,12 @@ Run against every backend (memory, SQLite, PostgreSQL); see tickwork/store/base.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from tickwork.domain.retry import RetryPolicy
-from tickwork.domain.runs import RunStatus
+from tickwork.domain.runs import Fire, RunStatus
 from tickwork.store.base import ScheduleStore
 
 from .conftest import StoreFactory, open_store
@@ -407,3 +408,84 @@ async def test_a_stale_outcome_batched_with_the_current_one_records_one_attempt(
         (fire.fence_token, RunStatus.PENDING),
         (again.fence_token, RunStatus.SUCCEEDED),
     ]
+
+
+async def test_the_oldest_leasable_run_says_how_long_the_queue_waited(
+    store: ScheduleStore,
+) -> None:
+    assert await store.oldest_leasable_at(T0) is None
+    first, second = await hand_off(store, 2)  # leasable from their instants
+    later = T0 + 10 * SEC
+    assert await store.oldest_leasable_at(later) == min(first.scheduled_for, second.scheduled_for)
+    await store.lease_runs(now=later, owner="w", lease_until=later + 60 * SEC, limit=10)
+    assert await store.oldest_leasable_at(later) is None  # both leased: nothing waits
+
+
+async def test_only_never_leased_hand_offs_wait_for_their_own_horizon(
+    store: ScheduleStore,
+) -> None:
+    # Behind an external queue a worker leases from the store with two horizons: a hand-off no
+    # worker has leased yet may still have its message in flight, so it waits for the earlier
+    # `hand_offs_by`; every other free run is the store's alone to deliver and waits for
+    # nothing but `now`.
+    in_flight, released, redriven, once_leased = await hand_off(store, 4)
+    leased = {
+        f.run_id: f
+        for f in await store.lease_fenced_runs(
+            [(e.run_id, e.fence_token) for e in (released, redriven, once_leased)],
+            owner="dead",
+            lease_until=T0 + 2 * SEC,
+        )
+    }
+    job = make_job(5)
+    await store.create_job(job)
+    [claimed] = await store.claim(
+        [plan_for(job, new_next=T0 + SEC)], owner="dead", lease_until=T0 + 2 * SEC, now=T0
+    )
+    retry = outcome(leased[released.run_id], status=RunStatus.PENDING, retry_at=T0 + SEC)
+    dead = outcome(leased[redriven.run_id], status=RunStatus.FAILED)
+    assert await store.finish_runs([retry, dead]) == 2
+    assert await store.redrive([redriven.run_id], now=T0 + SEC) == 1
+    manual = await store.add_manual_run(in_flight.job_id, now=T0)
+    now = T0 + 3 * SEC
+
+    def lease(limit: int, hand_offs_by: datetime = T0 - SEC) -> Awaitable[list[Fire]]:
+        return store.lease_runs(
+            now=now, hand_offs_by=hand_offs_by, owner="w", lease_until=now + 5 * SEC, limit=limit
+        )
+
+    # Soonest-free first: the manual run (free at T0), then the retry and the redrive
+    # (T0 + 1 s), then the leases of a worker that died (T0 + 2 s: an in-process claim's and
+    # a hand-off's that the dead worker had leased).
+    assert [f.run_id for f in await lease(1)] == [manual.id]
+    assert {f.run_id for f in await lease(2)} == {released.run_id, redriven.run_id}
+    assert {f.run_id for f in await lease(10)} == {claimed.run_id, once_leased.run_id}
+    # The hand-off whose message may be in flight is left for the queue, until its own horizon.
+    assert await lease(10, hand_offs_by=T0 - timedelta(microseconds=1)) == []
+    [late] = await lease(10, hand_offs_by=T0)
+    assert (late.run_id, late.attempt, late.fence_token) == (
+        in_flight.run_id,
+        1,
+        in_flight.fence_token + 1,
+    )
+
+
+async def test_without_a_hand_off_horizon_every_free_run_is_leased_by_now(
+    store: ScheduleStore,
+) -> None:
+    first, second = await hand_off(store, 2)
+    taken = await store.lease_runs(now=T0, owner="w", lease_until=T0 + SEC, limit=10)
+    assert sorted(f.run_id for f in taken) == sorted([first.run_id, second.run_id])
+
+
+async def test_next_lease_at_after_an_instant_skips_the_leases_that_end_by_then(
+    store: ScheduleStore,
+) -> None:
+    _, late = await hand_off(store, 2)
+    await store.lease_fenced_runs(
+        [(late.run_id, late.fence_token)], owner="w", lease_until=T0 + 7 * SEC
+    )
+    assert await store.next_lease_at() == T0
+    assert await store.next_lease_at(after=T0 - SEC) == T0
+    assert await store.next_lease_at(after=T0) == T0 + 7 * SEC
+    assert await store.next_lease_at(after=T0 + 7 * SEC) is None

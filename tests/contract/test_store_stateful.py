@@ -484,13 +484,20 @@ class StoresAgree(RuleBasedStateMachine):
         self.agree("add_manual_run", results, self.run_view)
 
     @precondition(lambda self: self.ids)
-    @rule(owner=st.sampled_from(OWNERS), ttl_s=st.sampled_from([1, 30]))
-    def lease_runs(self, owner: str, ttl_s: int) -> None:
+    @rule(data=st.data(), owner=st.sampled_from(OWNERS))
+    def lease_runs(self, data: st.DataObject, owner: str) -> None:
+        ttl_s = data.draw(st.sampled_from([1, 30]), label="lease ttl s")
+        # Behind an external queue, never-leased hand-offs wait this much longer (None: the
+        # table queue's single horizon).
+        backstop_s = data.draw(st.sampled_from([None, 0, 1, 10]), label="backstop s")
         now, until = self.now, self.now + ttl_s * SEC
+        hand_offs_by = None if backstop_s is None else now - backstop_s * SEC
         results = self.each(
-            lambda _, s: s.lease_runs(now=now, owner=owner, lease_until=until, limit=BIG)
+            lambda _, s: s.lease_runs(
+                now=now, hand_offs_by=hand_offs_by, owner=owner, lease_until=until, limit=BIG
+            )
         )
-        self.agree("lease_runs", results, self.fire_view)
+        self.agree(f"lease_runs(hand_offs_by={hand_offs_by})", results, self.fire_view)
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data(), owner=st.sampled_from(OWNERS), ttl_s=st.sampled_from([1, 30]))
@@ -647,6 +654,7 @@ class StoresAgree(RuleBasedStateMachine):
         self.agree("next_due_at", self.each(lambda _, s: s.next_due_at()))
         self.agree("next_due_at(now)", self.each(lambda _, s: s.next_due_at(not_before=now)))
         self.agree("next_lease_at", self.each(lambda _, s: s.next_lease_at()))
+        self.agree("next_lease_at(now)", self.each(lambda _, s: s.next_lease_at(after=now)))
         self.agree("leasable_runs", self.each(lambda _, s: s.leasable_runs(now)))
 
     def check_job(self, job_id: str) -> None:

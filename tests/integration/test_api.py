@@ -423,6 +423,7 @@ async def test_trigger_returns_a_pending_manual_run(api: Api) -> None:
         "error": None,
         "dead_lettered_at": None,
         "last_error": None,
+        "claim_epoch": None,  # a manual run is not claimed by a scheduler
     }
     assert run["key"].startswith(job["id"])
 

@@ -419,6 +419,22 @@ def test_bad_url_names_the_flag(cli: Any) -> None:
     assert "target.url (--url)" in result.err
 
 
+@pytest.mark.parametrize(
+    "env",
+    [{"TICKWORK_LEASE_TTL_MS": "3000"}, {"TICKWORK_LEASE_HEARTBEAT_MS": "2000"}],
+)
+def test_a_lease_that_cannot_outlive_two_missed_heartbeats_is_refused(
+    cli: Any, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = cli("worker", api=False)
+    assert (result.code, result.out, result.err.count("\n")) == (2, "", 1)
+    assert result.err.startswith("error: ")
+    for needle in ("lease_ttl_ms", "lease_heartbeat_ms", "raise TICKWORK_LEASE_TTL_MS"):
+        assert needle in result.err
+
+
 def test_file_and_flags_do_not_mix(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "job.json"
     path.write_text("{}")

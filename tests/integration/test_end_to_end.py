@@ -117,9 +117,27 @@ async def test_up_fires_every_kind_of_job_once_and_on_time(db_url: str, receiver
         assert run["http_status"] == 200
 
 
-async def test_two_processes_on_one_store_never_double_fire(
-    db_url: str, receiver: Receiver
-) -> None:
+async def test_a_second_scheduler_on_one_sqlite_file_is_refused(
+    tmp_path, receiver: Receiver
+) -> None:  # type: ignore[no-untyped-def]
+    db = f"sqlite:///{tmp_path}/one.db"
+    fast = {"TICKWORK_PARTITION_LEASE_TTL_MS": "1000"}  # it waits 1.5 TTL for a crashed one
+    first = await UpProcess(db, extra_env=fast).start()
+    try:
+        second = UpProcess(db, extra_env=fast)
+        with pytest.raises(RuntimeError, match="several schedulers need PostgreSQL"):
+            await second.start()
+        assert second.proc is not None
+        assert await second.proc.wait() == 2  # bad input: the CLI's exit code
+        body = {"name": "j", "schedule": {"every": "PT1S"}, "target": webhook(receiver.url("/j"))}
+        await create(first, body)
+        await receiver.wait_for("/j", 2)  # the first one goes on
+    finally:
+        await first.stop()
+
+
+async def test_two_processes_on_postgres_never_double_fire(pg_dsn: str, receiver: Receiver) -> None:
+    db_url = pg_dsn
     first = await UpProcess(db_url).start()
     second = await UpProcess(db_url).start()
     try:

@@ -225,7 +225,7 @@ async def test_upgrade_and_downgrade_keep_the_rows_and_the_id_sequence(pg_dsn: s
     conn = await asyncpg.connect(pg_dsn)
     try:
         before = [await conn.fetchval(ATTEMPT, n, 1_000 + n) for n in range(3)]
-        assert await upgrade(pg_dsn) == "0004"
+        assert await upgrade(pg_dsn, "0004") == "0004"
         rows = await conn.fetch("SELECT id, run_id, tableoid::regclass::text AS p FROM tw_attempts")
         assert sorted(r["id"] for r in rows) == before
         assert {r["p"] for r in rows} == {"tw_attempts_default"}

@@ -22,8 +22,16 @@ from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revi
 from tickwork.store.postgres import PostgresStore
 from tickwork.testing import ThrowawayPostgres, free_port
 
-HEAD = "0004"  # the newest migration; bump it with every new revision
-SCHEMA_TABLES = {"tw_jobs", "tw_runs", "tw_attempts", VERSION_TABLE}
+HEAD = "0005"  # the newest migration; bump it with every new revision
+SCHEMA_TABLES = {
+    "tw_jobs",
+    "tw_runs",
+    "tw_attempts",
+    "tw_meta",
+    "tw_partition_leases",
+    "tw_nodes",
+    VERSION_TABLE,
+}
 SCHEMA_INDEXES = {
     "tw_jobs_due",
     "tw_jobs_tenant_name",

@@ -6,7 +6,8 @@ workers' lease and outcome statements read every pending run for each batch, a c
 with the burst. These tests build that situation on real PostgreSQL (statistics taken while
 no run existed, then thousands of pending runs) and count the tw_runs rows each statement's
 executed plan read, through PostgresStore's own connection settings. The table queue's lease
-(lease_runs) is not here: it still reads every leasable run in that situation (ADR 0012).
+(lease_runs) still reads every leasable run in that situation (ADR 0012); it is checked with
+fresh statistics instead, for the shape its two horizons gave it (ADR 0016).
 """
 
 from __future__ import annotations
@@ -59,7 +60,35 @@ def _runs_read(plan: dict[str, Any]) -> Iterator[int]:
         yield from _runs_read(child)
 
 
+# Finished runs, as tw_runs keeps for 30 days: without them the whole table is pending, and a
+# sequential scan of it is as good a plan as any.
+HISTORY_RUNS = 2 * PENDING
+HISTORY = """
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                     coalesced, lease_owner, lease_until_us, created_us, finished_us)
+SELECT (SELECT min(id) FROM tw_jobs), 'history:' || g, 'schedule', $1::bigint - g * 1000,
+       'succeeded', 1, 1, 0, NULL, NULL, $1::bigint - g * 1000, $1::bigint - g * 1000
+FROM generate_series(1, $2::int) g
+"""
+
+
+def _runs_examined(plan: dict[str, Any]) -> Iterator[tuple[str, int]]:
+    """(index or "seq", rows) for each scan of tw_runs in an executed plan: the rows it read,
+    those its filter removed included, over all its loops."""
+    if plan.get("Relation Name") == "tw_runs" and "Scan" in plan["Node Type"]:
+        rows = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+        yield plan.get("Index Name", "seq"), int(rows * plan["Actual Loops"])
+    for child in plan.get("Plans", []):
+        yield from _runs_examined(child)
+
+
 async def _explain(conn: asyncpg.Connection, statement: Statement, **values: object) -> list[int]:
+    return list(_runs_read(await _executed_plan(conn, statement, **values)))
+
+
+async def _executed_plan(
+    conn: asyncpg.Connection, statement: Statement, **values: object
+) -> dict[str, Any]:
     tx = conn.transaction()
     await tx.start()
     try:
@@ -68,7 +97,7 @@ async def _explain(conn: asyncpg.Connection, statement: Statement, **values: obj
     finally:
         await tx.rollback()  # the next statement sees the same pending runs
     [doc] = json.loads(row[0])
-    return list(_runs_read(doc["Plan"]))
+    return doc["Plan"]  # type: ignore[no-any-return]
 
 
 def _finish_values(batch: list[Envelope], now_us: int) -> dict[str, object]:
@@ -116,3 +145,44 @@ async def test_a_batch_reads_about_as_many_runs_as_it_writes(pg_dsn: str) -> Non
     assert {name: sum(rows) <= 4 * BATCH for name, rows in read.items()} == {
         name: True for name in read
     }, read
+
+
+async def test_the_lease_stops_after_its_batch_and_passes_over_hand_offs_in_flight_once(
+    pg_dsn: str,
+) -> None:
+    # lease_runs has two horizons (ADR 0016): hand-offs no worker has leased yet wait for the
+    # earlier one behind an external queue; they are told apart by a filter on the rows that
+    # the scan of tw_runs_pending reads. On the table queue the horizons are equal: the scan
+    # must still stop after its batch. Behind a queue it reads the hand-offs whose messages
+    # are in flight once each, in lease order, and nothing else (no scan of the history).
+    # Statistics are fresh here: with stale ones the table queue's lease reads every leasable
+    # run, with one horizon as with two (ADR 0012, left open).
+    handed_off, now_us = await _pending_burst(pg_dsn)
+    expired = handed_off[-10:]  # leased by a worker that died: free again since now_us - 1
+    store = PostgresStore(pg_dsn, migrate=False)
+    await store.open()
+    try:
+        await store.lease_fenced_runs(
+            [(e.run_id, e.fence_token) for e in expired],
+            owner="dead",
+            lease_until=from_us(now_us - 1),
+        )
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(pg_dsn, server_settings=SERVER_SETTINGS)
+    try:
+        await conn.execute(HISTORY, now_us, HISTORY_RUNS)
+        await conn.execute("ANALYZE tw_runs")
+        lease = {"owner": "w", "lease_until": now_us + 5_000_000, "limit": BATCH}
+        table = await _executed_plan(conn, SQL.lease_runs, now=now_us, hand_offs_by=now_us, **lease)
+        # Every hand-off's instant lies within the hour before now_us: all are "in flight".
+        behind_a_queue = await _executed_plan(
+            conn, SQL.lease_runs, now=now_us, hand_offs_by=now_us - 3_600_000_000, **lease
+        )
+    finally:
+        await conn.close()
+    assert (table["Actual Rows"], behind_a_queue["Actual Rows"]) == (BATCH, len(expired))
+    # The lease's scan (the first listed; the second is the update's lookups by primary key).
+    assert next(_runs_examined(table)) == ("tw_runs_pending", BATCH)
+    index, examined = next(_runs_examined(behind_a_queue))
+    assert (index, examined <= PENDING + len(expired)) == ("tw_runs_pending", True), examined

@@ -97,6 +97,11 @@ class Receiver:
         """Let the oldest request held on `path` answer."""
         self._held[path].pop(0).set()
 
+    def release_all(self, path: str) -> None:
+        """Let every request held on `path` answer (those of a dead client, too: harmless)."""
+        while self._held.get(path):
+            self.release(path)
+
     def for_path(self, path: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.path == path]
 

@@ -417,7 +417,7 @@ def test_the_settings_checkers_report_made_up_names_and_wrong_defaults() -> None
     }
     assert default_problems(documented, complete=False) == [
         "TICKWORK_PORT: the docs say '80', the code '8787'",
-        "TICKWORK_LEASE_TTL_MS: the docs say '1000', the code '60000'",
+        "TICKWORK_LEASE_TTL_MS: the docs say '1000', the code '5000'",
     ]
     missing = default_problems(documented, complete=True)
     assert "TICKWORK_QUEUE_URL is not documented" in missing

@@ -38,16 +38,30 @@ class LostLeaseReply(MemoryStore):
         self.recorded = asyncio.Event()
 
     async def lease_runs(
-        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+        self,
+        *,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        limit: int,
+        hand_offs_by: datetime | None = None,
     ) -> list[Fire]:
         if not self.fail_next:
             return await super().lease_runs(
-                now=now, owner=owner, lease_until=lease_until, limit=limit
+                now=now,
+                hand_offs_by=hand_offs_by,
+                owner=owner,
+                lease_until=lease_until,
+                limit=limit,
             )
         self.fail_next = False
         if self.commit:
             self.lost = await super().lease_runs(
-                now=now, owner=owner, lease_until=lease_until, limit=limit
+                now=now,
+                hand_offs_by=hand_offs_by,
+                owner=owner,
+                lease_until=lease_until,
+                limit=limit,
             )
         raise StoreError("PostgreSQL error while leasing: connection lost")
 

@@ -35,12 +35,20 @@ class MeetingStore(MemoryStore):
         self.met = False
 
     async def lease_runs(
-        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+        self,
+        *,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        limit: int,
+        hand_offs_by: datetime | None = None,
     ) -> list[Fire]:
         if self.finishing.is_set() and not self.met:
             self.leasing.set()
             self.met = True
-        return await super().lease_runs(now=now, owner=owner, lease_until=lease_until, limit=limit)
+        return await super().lease_runs(
+            now=now, hand_offs_by=hand_offs_by, owner=owner, lease_until=lease_until, limit=limit
+        )
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not self.met:
@@ -91,9 +99,17 @@ class CountingLeases(MemoryStore):
         self.leased_once = asyncio.Event()
 
     async def lease_runs(
-        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+        self,
+        *,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        limit: int,
+        hand_offs_by: datetime | None = None,
     ) -> list[Fire]:
-        fires = await super().lease_runs(now=now, owner=owner, lease_until=lease_until, limit=limit)
+        fires = await super().lease_runs(
+            now=now, hand_offs_by=hand_offs_by, owner=owner, lease_until=lease_until, limit=limit
+        )
         self.leased += len(fires)
         self.batches.append(len(fires))
         self.leased_once.set()

@@ -98,8 +98,9 @@ def triggers(draw: st.DrawFn, near: datetime, window: tuple[datetime | None, ...
         expr, zone = draw(st.sampled_from(CRONS))
         return CronTrigger(expr=expr, timezone=zone)
     start_at, end_at = window
-    lo = near - timedelta(days=1) if start_at is None else start_at
-    hi = near + timedelta(days=1) if end_at is None else end_at
+    # In UTC: subtracting two instants of one ZoneInfo is wall-clock arithmetic in Python.
+    lo = (near - timedelta(days=1) if start_at is None else start_at).astimezone(UTC)
+    hi = (near + timedelta(days=1) if end_at is None else end_at).astimezone(UTC)
     if kind == "every":
         lo -= timedelta(days=1)  # an anchor before the window starts is fine
     when = lo + draw(st.integers(0, (hi - lo) // US)) * US

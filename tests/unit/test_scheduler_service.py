@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,7 +15,7 @@ from tickwork.clock import ManualClock, SystemClock
 from tickwork.domain.jobs import AtTrigger, EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import Envelope, Fire, RunStatus, occurrence_key
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
-from tickwork.store.base import ClaimPlan, DueJob, Topic
+from tickwork.store.base import DEFAULT_TAKEOVER_GRACE_MS, Claimed, ClaimPlan, DueJob, Topic
 from tickwork.store.memory import MemoryStore
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -184,11 +184,16 @@ class StaleScan(MemoryStore):
     stale: list[DueJob] | None = None
 
     async def due_jobs(
-        self, until: datetime, limit: int, *, not_before: datetime | None = None
+        self,
+        until: datetime,
+        limit: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
     ) -> list[DueJob]:
         if self.stale is not None:
             return self.stale
-        return await super().due_jobs(until, limit, not_before=not_before)
+        return await super().due_jobs(until, limit, not_before=not_before, partitions=partitions)
 
 
 async def test_a_hand_off_another_scheduler_won_counts_as_a_conflict() -> None:
@@ -299,12 +304,17 @@ class ScanLog(DeafStore):
         self._scanned = asyncio.Condition()
 
     async def due_jobs(
-        self, until: datetime, limit: int, *, not_before: datetime | None = None
+        self,
+        until: datetime,
+        limit: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
     ) -> list[DueJob]:
         self.floors.append(not_before)
         async with self._scanned:
             self._scanned.notify_all()
-        return await super().due_jobs(until, limit, not_before=not_before)
+        return await super().due_jobs(until, limit, not_before=not_before, partitions=partitions)
 
     async def until_scans(self, count: int, timeout_s: float = 5) -> None:
         async def wait() -> None:
@@ -379,9 +389,16 @@ class ClaimLog(MemoryStore):
         self.claims = 0
 
     async def claim_hand_off(
-        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
-    ) -> list[Envelope]:
-        envelopes = await super().claim_hand_off(plans, owner=owner, now=now)
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        now: datetime,
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Envelope]:
+        envelopes = await super().claim_hand_off(
+            plans, owner=owner, now=now, takeover_grace_ms=takeover_grace_ms
+        )
         self.claims += 1
         self.events.append(f"claim {self.claims}")
         await self.publisher.notify()  # one condition wakes the test for both logs

@@ -10,15 +10,18 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from tickwork import __doc__ as _package_doc
+from tickwork.api.cluster import router as cluster_routes
 from tickwork.api.errors import install_error_handlers
 from tickwork.api.middleware import EdgeMiddleware
 from tickwork.api.routes import ApiContext, ops, v1
 from tickwork.clock import Clock
+from tickwork.services.cluster import ClusterService
 from tickwork.services.dead_letters import DeadLetterService
 from tickwork.services.jobs import JobService
 from tickwork.services.tenants import TenantService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
+from tickwork.version import tickwork_version
 
 API_DESCRIPTION = f"""{_package_doc}
 
@@ -33,7 +36,7 @@ def create_app(
     """The HTTP app; `ops_only` serves just /healthz and /metrics (scheduler, worker processes)."""
     app = FastAPI(
         title="tickwork",
-        version=_version(),
+        version=tickwork_version(),
         description=API_DESCRIPTION,
         openapi_url="/openapi.json",
         docs_url="/docs",
@@ -46,18 +49,11 @@ def create_app(
         store=store,
         clock=clock,
     )
+    app.state.cluster = ClusterService(store, clock)
     install_error_handlers(app)
     if not ops_only:
         app.include_router(v1)
+        app.include_router(cluster_routes, prefix="/v1")
     app.include_router(ops)
     app.add_middleware(EdgeMiddleware, max_body_bytes=settings.max_body_bytes)
     return app
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tickwork")
-    except PackageNotFoundError:
-        return "0+unknown"

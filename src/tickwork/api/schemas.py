@@ -570,6 +570,11 @@ class RunOut(_Output):
     error: str | None
     dead_lettered_at: InstantOut | None = Field(description="set while in the dead-letter queue")
     last_error: str | None = Field(description="the latest attempt's error")
+    claim_epoch: int | None = Field(
+        None,
+        description="the epoch of the job's partition lease when the scheduler claimed this "
+        "occurrence (null for manual runs)",
+    )
 
     @classmethod
     def of(cls, run: Run) -> RunOut:
@@ -594,6 +599,7 @@ class RunOut(_Output):
             error=run.error,
             dead_lettered_at=_iso(run.dead_lettered_at),
             last_error=run.last_error,
+            claim_epoch=run.claim_epoch,
         )
 
 

@@ -7,6 +7,7 @@
     tickwork dlq <verb>             the dead-letter queue (list, show, redrive, purge)
     tickwork tenants secrets <verb> a tenant's webhook signing secrets (set, show, clear)
     tickwork preview --cron EXPR    the next fire instants, computed locally
+    tickwork cluster                schedulers, workers, partitions and queues (--watch)
 
 Output is a readable table by default; `--json` prints machine output and nothing else.
 Every failure ends as one line on stderr, never a traceback: bad input (a flag, the API's 4xx)
@@ -15,7 +16,8 @@ exits 2, an unreachable or failing API or store exits 1.
 The package: `app` (the command tree, `run` and its failure handling), `client` (the HTTP
 API client), `render` (tables and JSON), `options` (shared flags), and one module per command
 group, each registering its commands on the tree when imported: `serve` (`up`, the single
-roles, `db upgrade`), `preview`, `jobs` (with `runs show`), `dlq` and `tenants`.
+roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs show`), `dlq`
+and `tenants`.
 """
 
 # The command modules are imported for what importing them does: register their commands.
@@ -24,7 +26,7 @@ roles, `db upgrade`), `preview`, `jobs` (with `runs show`), `dlq` and `tenants`.
 from tickwork.cli import serve  # noqa: F401
 
 # isort: split
-from tickwork.cli import dlq, jobs, preview, tenants  # noqa: F401
+from tickwork.cli import cluster, dlq, jobs, preview, tenants  # noqa: F401
 from tickwork.cli.app import main, run
 
 __all__ = ["main", "run"]

@@ -254,3 +254,66 @@ def tenant_signing(answer: Mapping[str, Any]) -> Table:
         "updated": answer["updated_at"] or "-",
     }
     return _detail_table(f"webhook secrets of tenant {answer['tenant']}", rows)
+
+
+# -- cluster ----------------------------------------------------------------------------------
+
+
+def cluster_view(data: Mapping[str, Any]) -> Group:
+    """`tickwork cluster`: schedulers, workers, queues, and the partitions' owners and lag."""
+    summary = (
+        f"{len(data['schedulers'])} schedulers, {len(data['workers'])} workers; "
+        f"{data['partition_count']} partitions, {data['unowned_partitions']} unowned, "
+        f"max lag {data['max_partition_lag_s']:.3f} s (at {data['now']})"
+    )
+    return Group(
+        summary,
+        _schedulers_table(data["schedulers"]),
+        _workers_table(data["workers"]),
+        _queues_table(data["queues"]),
+        _lagging_table(data["partitions"]),
+    )
+
+
+def _schedulers_table(schedulers: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="schedulers")
+    for column in ("id", "version", "started", "partitions (epochs)", "renewed", "fires/min"):
+        table.add_column(column)
+    for s in schedulers:
+        epochs = sorted(set(s["partitions"].values()))
+        held = f"{len(s['partitions'])} ({', '.join(map(str, epochs)) or '-'})"
+        table.add_row(
+            s["id"], s["version"], s["started_at"], held, s["last_renewal"] or "-",
+            str(s["fires_last_minute"]),
+        )  # fmt: skip
+    return table
+
+
+def _workers_table(workers: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="workers")
+    for column in ("id", "version", "queue", "in flight", "last heartbeat"):
+        table.add_column(column)
+    for w in workers:
+        table.add_row(w["id"], w["version"], w["queue"], str(w["in_flight"]), w["last_heartbeat"])
+    return table
+
+
+def _queues_table(queues: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="queues")
+    for column in ("queue", "depth", "oldest waiting (s)"):
+        table.add_column(column)
+    for q in queues:
+        depth = "?" if q["depth"] is None else str(q["depth"])
+        table.add_row(q["name"], depth, f"{q['oldest_waiting_s']:.3f}")
+    return table
+
+
+def _lagging_table(partitions: Sequence[Mapping[str, Any]]) -> Table:
+    """Only the partitions worth a look: unowned, or behind by 1 s or more."""
+    table = Table(title="partitions unowned or lagging (others: owned, no lag)")
+    for column in ("partition", "owner", "epoch", "lag (s)"):
+        table.add_column(column)
+    for p in partitions:
+        if p["owner"] is None or p["lag_s"] >= 1:
+            table.add_row(str(p["partition"]), p["owner"] or "-", str(p["epoch"]), str(p["lag_s"]))
+    return table

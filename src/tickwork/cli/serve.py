@@ -1,5 +1,5 @@
 """The commands that run tickwork itself: `up`, one role each (`api`, `scheduler`, `worker`),
-and `db upgrade`.
+and `db upgrade` / `db repartition`.
 
 They talk to the store, not to the API. Flags override the TICKWORK_* settings. The runtime
 and the migrations are imported inside the commands that use them, so that the other commands
@@ -9,12 +9,15 @@ do not pay for importing a server.
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
+
+import typer
 
 from tickwork.cli.app import app, db_app, stdout_console
 from tickwork.cli.options import DbOpt, HostOpt, ImportOpt, PortOpt, QueueOpt
 from tickwork.settings import Settings
 
-__all__ = ["api", "db_upgrade", "scheduler", "up", "worker"]
+__all__ = ["api", "db_repartition", "db_upgrade", "scheduler", "up", "worker"]
 
 
 def _serve(
@@ -78,11 +81,40 @@ def worker(
     _serve(frozenset({"worker"}), db, host, port, queue, imports)
 
 
+PartitionsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--partitions",
+        help="P, the partitions of the job space, for a database created by this upgrade "
+        "(default 64); an existing database keeps its P (see `tickwork db repartition`)",
+    ),
+]
+
+
 @db_app.command("upgrade")
-def db_upgrade(db: DbOpt = None) -> None:
+def db_upgrade(db: DbOpt = None, partitions: PartitionsOpt = None) -> None:
     """Migrate the database to the newest schema (safe to run while tickwork runs)."""
     from tickwork.store.migrate import upgrade
 
     url = db or Settings().database_url
-    revision = asyncio.run(upgrade(url))
+    revision = asyncio.run(upgrade(url, partitions=partitions))
     stdout_console().print(f"database schema at revision {revision}", markup=False)
+
+
+@db_app.command("repartition")
+def db_repartition(
+    partitions: Annotated[
+        int, typer.Option("--partitions", help="the new P, from 1 to 1024", show_default=False)
+    ],
+    db: DbOpt = None,
+) -> None:
+    """Change the number of partitions (stop every tickwork process first)."""
+    from tickwork.store.repartition import repartition
+
+    url = db or Settings().database_url
+    done = asyncio.run(repartition(url, partitions))
+    stdout_console().print(
+        f"{done.jobs} jobs repartitioned from {done.before} to {done.after} partitions; "
+        f"leases start at epoch {done.epoch}",
+        markup=False,
+    )

@@ -166,3 +166,6 @@ class Run:
     error: str | None
     dead_lettered_at: datetime | None = None  # set while the occurrence is in the DLQ
     last_error: str | None = None  # the latest attempt's error
+    # The epoch of the job's partition lease when the run was claimed (ADR 0015); None for a
+    # manual run, and for runs claimed before partitions existed.
+    claim_epoch: int | None = None

@@ -49,10 +49,12 @@ class DepthGauge:
     def __init__(self, source: DepthSource, config: DepthGaugeConfig) -> None:
         self._source = source
         self._config = config
+        self.last: int | None = None  # the latest sample (a worker's heartbeat reports it)
 
     async def run_once(self) -> int:
         depth = await self._source()
         metrics.QUEUE_DEPTH.set(depth)
+        self.last = depth
         return depth
 
     async def run(self, stop: asyncio.Event) -> None:

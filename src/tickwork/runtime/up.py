@@ -12,7 +12,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
@@ -21,15 +21,19 @@ import uvicorn
 import uvloop
 
 from tickwork.clock import Clock, SystemClock
+from tickwork.domain.partitions import NodeIdentity
 from tickwork.domain.runs import Envelope
 from tickwork.errors import InvalidInput
+from tickwork.maintenance.heartbeat import HeartbeatConfig, NodeHeartbeat
 from tickwork.maintenance.pruner import Pruner, PrunerConfig
 from tickwork.maintenance.queue_depth import DepthGauge, DepthGaugeConfig, depth_source
 from tickwork.queue.base import Queue
+from tickwork.scheduler.partitions import KeeperConfig, PartitionKeeper
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
 from tickwork.tasks import DEFAULT_REGISTRY, import_task_modules
+from tickwork.version import tickwork_version
 from tickwork.worker.alerts import AlertSender
 from tickwork.worker.base import Alerter, Runner
 from tickwork.worker.consumer import QueueConsumer
@@ -133,11 +137,27 @@ async def _serve_with(
     from tickwork.api.app import create_app
 
     node_id = settings.node_id or default_node_id()
+    identity = NodeIdentity(
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        version=tickwork_version(),
+        started_at=clock.now(),
+    )
     stop = asyncio.Event()
+    keeper = None
+    if Role.SCHEDULER in roles:
+        keeper = _keeper(store, clock, settings, node_id, identity)
+        await keeper.start()  # hold a share before serving; on SQLite, refuse a second one
     async with contextlib.AsyncExitStack() as stack:
         services: list[Coroutine[Any, Any, None]] = []
         executor = None
         queue = await _open_queue(stack, settings, roles)
+        gauge = DepthGauge(
+            depth_source(store, queue, clock),
+            DepthGaugeConfig(interval_ms=settings.metrics_interval_ms),
+        )
+        if roles & {Role.SCHEDULER, Role.WORKER}:
+            services.append(gauge.run(stop))
         if Role.WORKER in roles:
             webhooks = await stack.enter_async_context(_webhook_runner(settings, clock))
             tasks = TaskRunner(DEFAULT_REGISTRY, store, clock, lease_ttl_ms=settings.lease_ttl_ms)
@@ -152,22 +172,25 @@ async def _serve_with(
                     lease_ttl_ms=settings.lease_ttl_ms,
                 )  # fmt: skip
                 services.append(consumer.run(stop))
+            beat = NodeHeartbeat(
+                store,
+                identity,
+                HeartbeatConfig(node_id=node_id, ttl_ms=settings.partition_lease_ttl_ms),
+                _worker_figures(executor, gauge, settings.queue_url if queue else ""),
+            )
+            services.append(beat.run(stop))
         if Role.SCHEDULER in roles:
             # With a worker in this process, fires go to it directly; otherwise they are handed
             # off through the store to whichever worker process leases them (the table queue),
             # and, with an external queue, published to it too.
             dispatch = executor.submit if executor is not None else None
             publish = _publisher(queue) if queue is not None and dispatch is None else None
-            scheduler = _scheduler(store, clock, settings, node_id, dispatch, publish)
-            services.append(scheduler.run(stop))
+            assert keeper is not None
+            scheduler = _scheduler(store, clock, settings, node_id, dispatch, publish, keeper)
+            keeper.describe = scheduler.describe
+            services += [keeper.run(stop), scheduler.run(stop)]
             retention = timedelta(days=settings.history_retention_days)
             services.append(Pruner(store, clock, PrunerConfig(retention=retention)).run(stop))
-        if roles & {Role.SCHEDULER, Role.WORKER}:
-            gauge = DepthGauge(
-                depth_source(store, queue, clock),
-                DepthGaugeConfig(interval_ms=settings.metrics_interval_ms),
-            )
-            services.append(gauge.run(stop))
         app = create_app(
             store=store, clock=clock, settings=settings, ops_only=Role.API not in roles
         )
@@ -177,12 +200,37 @@ async def _serve_with(
             )
         )
         running = [asyncio.create_task(service) for service in services]
+        failed = _stop_on_failure(running, server, stop)
         try:
             _announce(settings, sock, roles)
             await server.serve(sockets=[sock])
         finally:
             stop.set()
             await asyncio.gather(*running, return_exceptions=True)
+        if failed:
+            raise failed[0]  # e.g. a second scheduler on SQLite: the CLI says so, exit 2
+
+
+def _stop_on_failure(
+    running: Sequence[asyncio.Task[None]], server: uvicorn.Server, stop: asyncio.Event
+) -> list[BaseException]:
+    """Every service handles its own errors and goes on; one that ends with an exception
+    anyway cannot go on (a second scheduler on a SQLite database), so the process stops and
+    reports it rather than serve without it. Returns the list such failures are put in."""
+    failed: list[BaseException] = []
+
+    def done(task: asyncio.Task[None]) -> None:
+        if stop.is_set() or task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        assert error is not None
+        log.error("a service stopped: %s", error, extra={"action": "service_failed"})
+        failed.append(error)
+        server.should_exit = True
+
+    for task in running:
+        task.add_done_callback(done)
+    return failed
 
 
 async def _open_queue(
@@ -237,6 +285,7 @@ def _executor(
         node_id=node_id,
         concurrency=settings.executor_concurrency,
         lease_ttl_ms=settings.lease_ttl_ms,
+        heartbeat_ms=settings.lease_heartbeat_ms,
     )
     return Executor(store, clock, runner, config, alerts=alerts)
 
@@ -265,6 +314,7 @@ def _scheduler(
     node_id: str,
     dispatch: Dispatch | None,
     publish: Publish | None,
+    keeper: PartitionKeeper,
 ) -> SchedulerService:
     config = SchedulerConfig(
         node_id=node_id,
@@ -272,8 +322,36 @@ def _scheduler(
         lookahead_ms=settings.lookahead_ms,
         max_idle_ms=settings.max_idle_ms,
         lease_ttl_ms=settings.lease_ttl_ms,
+        takeover_grace_ms=settings.takeover_grace_ms,
     )
-    return SchedulerService(store, clock, config, dispatch, publish)
+    return SchedulerService(store, clock, config, dispatch, publish, keeper=keeper)
+
+
+def _worker_figures(
+    executor: Executor, gauge: DepthGauge, queue_url: str
+) -> Callable[[], dict[str, object]]:
+    """What a worker's heartbeat reports: its queue, the fires it holds, the depth sampled."""
+    kind = queue_url.partition("://")[0].lower() if "://" in queue_url else "table"
+    queue = "redis" if kind == "rediss" else kind
+
+    def figures() -> dict[str, object]:
+        return {"queue": queue, "in_flight": executor.backlog, "queue_depth": gauge.last}
+
+    return figures
+
+
+def _keeper(
+    store: ScheduleStore, clock: Clock, settings: Settings, node_id: str, identity: NodeIdentity
+) -> PartitionKeeper:
+    """The partition leases of this scheduler. SQLite (and memory) are single-process stores:
+    there one scheduler holds every partition and a second one is refused."""
+    config = KeeperConfig(
+        node_id=node_id,
+        lease_ttl_ms=settings.partition_lease_ttl_ms,
+        exclusive=not settings.database_url.startswith(("postgres://", "postgresql")),
+        frozen_view=os.environ.get("TICKWORK_FAULT") == "stale_partition_view",
+    )
+    return PartitionKeeper(store, clock, config, identity)
 
 
 class _QuietServer(uvicorn.Server):

@@ -14,9 +14,10 @@ from tickwork.store.base import ClaimPlan, DueJob
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
 
-def plan_claim(due: DueJob, now: datetime) -> ClaimPlan:
+def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> ClaimPlan:
     """Plan the claim of one due job (`due.next_run_at` may be slightly after `now` when the
-    scheduler claims ahead; the fire itself then waits for its instant).
+    scheduler claims ahead; the fire itself then waits for its instant). `epoch` is the epoch
+    of the job's partition lease the claimer holds (ADR 0015), carried to the store's check.
 
     A job is on time while `now - next_run_at` is within its misfire grace: it fires its due
     occurrence and advances to the next one, even if that one is already due too (it is then
@@ -32,12 +33,12 @@ def plan_claim(due: DueJob, now: datetime) -> ClaimPlan:
         late <= timedelta(milliseconds=schedule.misfire_grace_ms)
         or policy is MisfirePolicy.FIRE_ALL
     ):
-        return _plan(due, fire=due.next_run_at, coalesced=0)
+        return _plan(due, fire=due.next_run_at, coalesced=0, epoch=epoch)
     latest = latest_occurrence(schedule, at_or_before=now, not_before=due.next_run_at)
     latest = due.next_run_at if latest is None else latest
     folded = count_occurrences(schedule, after=due.next_run_at, until=latest)
     if policy is MisfirePolicy.COALESCE:
-        return _plan(due, fire=latest, coalesced=folded)
+        return _plan(due, fire=latest, coalesced=folded, epoch=epoch)
     return ClaimPlan(
         job_id=due.job_id,
         expected_fence=due.fence_token,
@@ -45,10 +46,11 @@ def plan_claim(due: DueJob, now: datetime) -> ClaimPlan:
         scheduled_for=None,
         coalesced=folded + 1,
         new_next_run_at=next_occurrence(schedule, now),
+        epoch=epoch,
     )
 
 
-def _plan(due: DueJob, *, fire: datetime, coalesced: int) -> ClaimPlan:
+def _plan(due: DueJob, *, fire: datetime, coalesced: int, epoch: int | None) -> ClaimPlan:
     return ClaimPlan(
         job_id=due.job_id,
         expected_fence=due.fence_token,
@@ -56,6 +58,7 @@ def _plan(due: DueJob, *, fire: datetime, coalesced: int) -> ClaimPlan:
         scheduled_for=fire,
         coalesced=coalesced,
         new_next_run_at=next_occurrence(due.schedule, fire),
+        epoch=epoch,
     )
 
 

@@ -8,6 +8,12 @@ With an external queue, `run()` publishes a tick's envelopes while it claims the
 (one publish in flight at most): in a burst the claim and the publish then overlap instead of
 adding up. That is safe because a publish is only the fast path: the runs are already in the
 store, and a publish that fails or never happens is repaired by the workers' backstop.
+
+With a `PartitionKeeper` (scheduler/partitions.py) the scheduler scans and claims only the
+partitions it holds, each plan carrying the partition's epoch for the store to check; and every
+quarter of the takeover grace it also claims the overdue work of the partitions it does not
+hold (a dead or stalled owner's, ADR 0015), so that work waits the grace, not a lease TTL.
+Without a keeper it claims everything, unchecked (tools and tests).
 """
 
 from __future__ import annotations
@@ -15,20 +21,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from tickwork import metrics
 from tickwork.clock import Clock
 from tickwork.domain.runs import Envelope, Fire
+from tickwork.scheduler.partitions import PartitionKeeper
 from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
-from tickwork.store.base import ClaimPlan, DueJob, ScheduleStore
+from tickwork.store.base import DEFAULT_TAKEOVER_GRACE_MS, ClaimPlan, DueJob, ScheduleStore
 from tickwork.waiting import first_of
 
 log = logging.getLogger("tickwork.scheduler")
 
 Dispatch = Callable[[Sequence[Fire]], object]  # hands fires to an executor; its answer is unused
+# The epoch a takeover claims under: matches no lease, so the store admits only overdue work.
+NO_EPOCH = -1
 Publish = Callable[[Sequence[Envelope]], Awaitable[None]]
 
 
@@ -39,6 +49,8 @@ class SchedulerConfig:
     lookahead_ms: int = 200  # claim this early; the executor still starts on the instant (ADR 0009)
     max_idle_ms: int = 1000  # longest sleep when nothing wakes us (other processes' writes)
     lease_ttl_ms: int = 60_000  # how long a fire stays ours without a heartbeat
+    # A job this late may be claimed by any scheduler, whoever holds its partition (ADR 0015).
+    takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -53,6 +65,7 @@ class TickResult:
     fires: list[Fire] = field(default_factory=list)  # claimed and dispatched in this process
     handed_off: list[Envelope] = field(default_factory=list)  # claimed for workers elsewhere
     conflicts: int = 0  # planned fires dropped because another claimer or an edit won
+    refused: int = 0  # plans the store refused: this scheduler no longer held that epoch
     full_batch: bool = False  # the scan hit the batch limit: more may be due already
     scanned_to: datetime | None = None  # how far the due scan reached (now + look-ahead)
     # Every scheduled job before this instant was settled by this tick (see `settled_bound`);
@@ -73,16 +86,34 @@ class SchedulerService:
         config: SchedulerConfig,
         dispatch: Dispatch | None,
         publish: Publish | None = None,
+        *,
+        keeper: PartitionKeeper | None = None,
     ) -> None:
         """`dispatch` hands fires to an executor in this process; None hands them off through
         the store instead (the table queue, `claim_hand_off`), to workers in any process, and
         `publish` then also sends their envelopes to an external queue (a failed publish is
-        logged: the store still has them)."""
+        logged: the store still has them). `keeper` gives the partitions this scheduler holds
+        (None: every partition, unchecked)."""
         self._publish = publish
         self._store = store
         self._clock = clock
         self._config = config
         self._dispatch = dispatch
+        self._keeper = keeper
+        self._next_takeover_scan = 0.0  # by clock.monotonic_s()
+        self._recent: deque[tuple[float, int]] = deque()  # (monotonic s, fires) of each claim
+
+    @property
+    def keeper(self) -> PartitionKeeper | None:
+        """The keeper of the partitions this scheduler holds (None: it claims everything)."""
+        return self._keeper
+
+    def describe(self) -> dict[str, object]:
+        """What this scheduler's heartbeat tells the cluster view: fires in the last minute."""
+        cutoff = self._clock.monotonic_s() - 60
+        while self._recent and self._recent[0][0] < cutoff:
+            self._recent.popleft()
+        return {"fires_last_minute": sum(n for _, n in self._recent)}
 
     async def run_once(
         self, now: datetime | None = None, *, not_before: datetime | None = None
@@ -99,29 +130,22 @@ class SchedulerService:
         """One tick without the publish: the caller sends `handed_off` to the queue."""
         now = self._clock.now() if now is None else now
         cfg = self._config
-        started = time.perf_counter()
         horizon = now + timedelta(milliseconds=cfg.lookahead_ms)
-        due = await self._store.due_jobs(horizon, cfg.batch_size, not_before=not_before)
+        held = None if self._keeper is None else self._keeper.held_now()
+        started = time.perf_counter()
+        due = (
+            await self._store.due_jobs(
+                horizon, cfg.batch_size, not_before=not_before, partitions=held
+            )
+            if held is None or held
+            else []
+        )
         metrics.DUE_SCAN_SECONDS.observe(time.perf_counter() - started)
         if not due:
             return TickResult(due=0, scanned_to=horizon, settled_below=horizon)
-        plans = [plan_claim(job, now) for job in due]
-        fires: list[Fire] = []
-        handed_off: list[Envelope] = []
-        started = time.perf_counter()
-        if self._dispatch is not None:
-            lease_until = now + timedelta(milliseconds=cfg.lookahead_ms + cfg.lease_ttl_ms)
-            fires = await self._store.claim(
-                plans, owner=cfg.node_id, lease_until=lease_until, now=now
-            )
-            metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
-            if fires:
-                self._dispatch(fires)
-        else:
-            # No executor here: the runs are left in the store for any worker, and only their
-            # envelopes come back (what a queue carries; the table queue needs not even that).
-            handed_off = await self._store.claim_hand_off(plans, owner=cfg.node_id, now=now)
-            metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
+        plans = [plan_claim(job, now, epoch=_epoch_of(job, held)) for job in due]
+        fires, handed_off, refused = await self._claim(plans, now)
+        self._recent.append((self._clock.monotonic_s(), len(fires) + len(handed_off)))
         planned = sum(p.scheduled_for is not None for p in plans)
         conflicts = planned - len(fires) - len(handed_off)
         full = len(due) == cfg.batch_size
@@ -132,11 +156,74 @@ class SchedulerService:
             fires=fires,
             handed_off=handed_off,
             conflicts=conflicts,
+            refused=refused,
             full_batch=full,
             scanned_to=horizon,
             settled_below=settled_bound(plans, reach, conflicts=conflicts),
         )
         _record(due, plans, result)
+        return result
+
+    async def _claim(
+        self, plans: Sequence[ClaimPlan], now: datetime
+    ) -> tuple[list[Fire], list[Envelope], int]:
+        """Claim `plans` for the executor of this process, or hand them off; dispatch the fires.
+        Returns (fires, envelopes, plans refused for their epoch)."""
+        cfg = self._config
+        grace = cfg.takeover_grace_ms
+        started = time.perf_counter()
+        if self._dispatch is not None:
+            lease_until = now + timedelta(milliseconds=cfg.lookahead_ms + cfg.lease_ttl_ms)
+            fires = await self._store.claim(
+                plans, owner=cfg.node_id, lease_until=lease_until, now=now, takeover_grace_ms=grace
+            )
+            metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
+            if fires:
+                self._dispatch(fires)
+            refused, fired, handed = fires.refused, list(fires), []
+        else:
+            # No executor here: the runs are left in the store for any worker, and only their
+            # envelopes come back (what a queue carries; the table queue needs not even that).
+            envelopes = await self._store.claim_hand_off(
+                plans, owner=cfg.node_id, now=now, takeover_grace_ms=grace
+            )
+            metrics.CLAIM_SECONDS.observe(time.perf_counter() - started)
+            refused, fired, handed = envelopes.refused, [], list(envelopes)
+        if refused:
+            metrics.STALE_EPOCH_REFUSALS.inc(refused)
+            log.warning(
+                "the store refused %d claims made under a stale partition epoch",
+                refused,
+                extra={"action": "stale_epoch_refused"},
+            )
+        return fired, handed, refused
+
+    async def take_over(self, now: datetime | None = None) -> TickResult:
+        """Claim the overdue work (due before `now` - takeover grace) of the partitions this
+        scheduler does not hold: what a dead or stalled owner left. The store admits such a
+        plan only while the job is that late, through the same compare-and-set as any claim."""
+        now = self._clock.now() if now is None else now
+        if self._keeper is None:
+            return TickResult(due=0)
+        others = self._keeper.not_held()
+        if not others:
+            return TickResult(due=0)
+        cutoff = now - timedelta(milliseconds=self._config.takeover_grace_ms)
+        due = await self._store.due_jobs(cutoff, self._config.batch_size, partitions=others)
+        if not due:
+            return TickResult(due=0)
+        plans = [plan_claim(job, now, epoch=NO_EPOCH) for job in due]
+        fires, handed_off, refused = await self._claim(plans, now)
+        result = TickResult(due=len(due), fires=fires, handed_off=handed_off, refused=refused)
+        self._recent.append((self._clock.monotonic_s(), result.claimed))
+        metrics.TAKEOVERS.inc(result.claimed)
+        if result.claimed:
+            log.warning(
+                "took over %d overdue occurrences of partitions held elsewhere",
+                result.claimed,
+                extra={"action": "takeover"},
+            )
+        _record(due, plans, replace(result, conflicts=len(due) - result.claimed))
         return result
 
     async def _publish_safely(self, envelopes: Sequence[Envelope]) -> None:
@@ -162,8 +249,12 @@ class SchedulerService:
         floor: datetime | None = None
         unbounded_by = 0.0  # when (clock.monotonic_s) the next scan must start at the bottom
         publishing = _PublishPipeline(self._publish_safely)
+        held = self._keeper.changed if self._keeper is not None else asyncio.Event()
         try:
             while not stop.is_set():
+                if held.is_set():  # other partitions: their jobs may lie below the floor
+                    held.clear()
+                    floor = None
                 if changed.is_set() or self._clock.monotonic_s() >= unbounded_by:
                     floor = None
                 if floor is None:
@@ -184,22 +275,52 @@ class SchedulerService:
             result = await self._tick(None, not_before=floor)
             if result.handed_off and self._publish is not None:
                 await publishing.send(result.handed_off)
+            taken = await self._take_over_when_due()
+            if taken.handed_off and self._publish is not None:
+                await publishing.send(taken.handed_off)
             floor = result.settled_below
             if result.full_batch:
                 return floor  # more are due right now
-            delay = sleep_seconds(
-                await self._store.next_due_at(not_before=floor),
-                self._clock.now(),
-                scanned_to=result.scanned_to,
-                lookahead_ms=self._config.lookahead_ms,
-                max_idle_ms=self._config.max_idle_ms,
+            delay = min(
+                sleep_seconds(
+                    await self._next_due(floor),
+                    self._clock.now(),
+                    scanned_to=result.scanned_to,
+                    lookahead_ms=self._config.lookahead_ms,
+                    max_idle_ms=self._config.max_idle_ms,
+                ),
+                self._until_takeover_scan(),
             )
         except Exception:
             log.exception("scheduler tick failed", extra={"action": "tick_failed"})
             floor, delay = None, self._config.max_idle_ms / 1000
-        if await _wait_any(changed, stop, delay):
+        if await _wait_any(changed, stop, delay, also=self._keeper_changed()):
             floor = None
         return floor
+
+    async def _next_due(self, floor: datetime | None) -> datetime | None:
+        if self._keeper is None:
+            return await self._store.next_due_at(not_before=floor)
+        held = self._keeper.held_now()
+        return await self._store.next_due_at(not_before=floor, partitions=held) if held else None
+
+    async def _take_over_when_due(self) -> TickResult:
+        """A takeover scan every quarter of the grace, while some partition is held elsewhere."""
+        if self._keeper is None or self._clock.monotonic_s() < self._next_takeover_scan:
+            return TickResult(due=0)
+        self._next_takeover_scan = self._clock.monotonic_s() + self._takeover_every_s()
+        return await self.take_over()
+
+    def _until_takeover_scan(self) -> float:
+        if self._keeper is None or not self._keeper.not_held():
+            return self._config.max_idle_ms / 1000
+        return max(self._next_takeover_scan - self._clock.monotonic_s(), 0.0)
+
+    def _takeover_every_s(self) -> float:
+        return self._config.takeover_grace_ms / 4000  # a takeover lands within 1.25 grace
+
+    def _keeper_changed(self) -> asyncio.Event | None:
+        return None if self._keeper is None else self._keeper.changed
 
 
 class _PublishPipeline:
@@ -225,6 +346,11 @@ class _PublishPipeline:
             await task  # _publish_safely logs its own failures; it raises only on cancel
 
 
+def _epoch_of(job: DueJob, held: Mapping[int, int] | None) -> int | None:
+    """The epoch the plan of `job` claims under: None without partitions (unchecked)."""
+    return None if held is None else held.get(job.partition, NO_EPOCH)
+
+
 def _record(due: Sequence[DueJob], plans: Sequence[ClaimPlan], result: TickResult) -> None:
     metrics.FIRES.labels(origin="schedule").inc(result.claimed)
     metrics.CLAIM_CONFLICTS.inc(result.conflicts)
@@ -233,10 +359,16 @@ def _record(due: Sequence[DueJob], plans: Sequence[ClaimPlan], result: TickResul
             metrics.MISSED.labels(policy=job.schedule.misfire.value).inc(plan.coalesced)
 
 
-async def _wait_any(changed: asyncio.Event, stop: asyncio.Event, timeout_s: float) -> bool:
-    """Sleep up to `timeout_s`, waking early on a store change or on stop; whether jobs
-    changed (during the sleep or the tick before it)."""
-    await first_of([changed, stop], timeout_s)
+async def _wait_any(
+    changed: asyncio.Event,
+    stop: asyncio.Event,
+    timeout_s: float,
+    *,
+    also: asyncio.Event | None = None,
+) -> bool:
+    """Sleep up to `timeout_s`, waking early on a store change, on stop, or on `also` (the
+    partitions held changed); whether jobs changed (during the sleep or the tick before it)."""
+    await first_of([changed, stop] if also is None else [changed, stop, also], timeout_s)
     was_changed = changed.is_set()
     changed.clear()
     return was_changed

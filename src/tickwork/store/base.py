@@ -6,8 +6,8 @@ seam is split by concern, each part its own Protocol with its contract on its me
 
     StoreLifecycle   open, close, ping, watch: connecting and change notification
     JobStore         jobs and tenants: what the API creates, reads, edits and deletes
-    ClaimStore       the scheduler's half of the fire path: the due-scan, the claims, manual runs
-                     (stage 3's partition leases belong here: they gate who may claim)
+    ClaimStore       the scheduler's half of the fire path: the due-scan, the claims, manual runs,
+                     and the partition leases and node heartbeats that gate who may claim
     LeaseStore       the worker's half: leases (the table queue), heartbeats, outcomes
     HistoryStore     run history, attempts, dead letters, retention, stats
     ScheduleStore    all five: what a backend implements and what services are given
@@ -30,16 +30,24 @@ Rules for every method of every part:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from tickwork.domain.jobs import Job, JobState, Schedule
+from tickwork.domain.partitions import Node, PartitionLease
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome
 from tickwork.domain.tenants import Tenant
 
-Topic = Literal["jobs", "runs"]
+Topic = Literal["jobs", "runs", "cluster"]
+T = TypeVar("T")
+# How long past its instant a job may wait before any scheduler may claim it, whoever holds its
+# partition: a dead owner's work is taken over after this, not after its lease TTL (ADR 0015).
+# Half the default misfire grace (1 s): a takeover (scanned for every quarter of this) lands
+# while the occurrence is still on time, so a failover never turns it into a misfire that the
+# job's policy would coalesce or skip.
+DEFAULT_TAKEOVER_GRACE_MS = 500
 
 
 class Applied(int):
@@ -79,6 +87,7 @@ class DueJob:
     fence_token: int
     next_run_at: datetime
     schedule: Schedule
+    partition: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,6 +100,41 @@ class ClaimPlan:
     scheduled_for: datetime | None  # the occurrence to fire; None fires nothing (misfire skip)
     coalesced: int  # missed occurrences folded into this fire (or skipped, if nothing fires)
     new_next_run_at: datetime | None  # None: the job is completed
+    # The epoch of the job's partition lease the claimer holds; None claims without that check
+    # (a tool, a test, a single process that holds every partition by construction).
+    epoch: int | None = None
+
+
+class Claimed(list[T]):
+    """What a claim returns: the new fires (or envelopes), and `refused`, how many plans the
+    store refused because the claimer did not hold their partition at the plan's epoch."""
+
+    refused: int
+
+    def __init__(self, items: Iterable[T] = (), *, refused: int = 0) -> None:
+        super().__init__(items)
+        self.refused = refused
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaseView:
+    """Every partition's lease, and the database's clock when they were read."""
+
+    now: datetime
+    leases: tuple[PartitionLease, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeAnnouncement:
+    """What a process says of itself in its heartbeat (tw_nodes)."""
+
+    id: str
+    role: str  # "scheduler" or "worker"
+    host: str
+    pid: int
+    version: str
+    started_at: datetime
+    info: dict[str, object]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -134,7 +178,8 @@ class StoreLifecycle(Protocol):
         ...
 
     def watch(self, topic: Topic) -> asyncio.Event:
-        """A new event, set whenever jobs (topic "jobs") or runs (topic "runs") change: by this
+        """A new event, set whenever jobs (topic "jobs"), runs (topic "runs") or the cluster's
+        members and partition leases (topic "cluster") change: by this
         process, or by another where the backend can tell (PostgreSQL LISTEN/NOTIFY). Each
         caller gets its own event and clears it itself, so one waiter never hides a change from
         another. A set event is a hint to look, not a description of the change; after a lost
@@ -187,20 +232,28 @@ class JobStore(Protocol):
 
 class ClaimStore(Protocol):
     async def due_jobs(
-        self, until: datetime, limit: int, *, not_before: datetime | None = None
+        self,
+        until: datetime,
+        limit: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
     ) -> list[DueJob]:
-        """Scheduled jobs with next_run_at <= until (and >= not_before), earliest first, at
-        most `limit`. A read: it locks nothing, and may return jobs another scheduler is
-        claiming at this moment (their claim then falls away).
+        """Scheduled jobs with next_run_at <= until (and >= not_before) of the given
+        partitions (None: all), earliest first, at most `limit`. A read: it locks nothing, and
+        may return jobs another scheduler is claiming at this moment (their claim then falls
+        away). It reads only the partitions asked for (PostgreSQL: one index range each).
 
         The lower bound is how the scheduler skips what its earlier ticks settled: on
         PostgreSQL every claim leaves a dead version of the job at its old next_run_at until
         vacuum, and an unbounded scan walks them all, from the oldest (ADR 0008)."""
         ...
 
-    async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
-        """The earliest next_run_at of any scheduled job (of those at or after `not_before`,
-        for the same reason as in `due_jobs`); None when no job is scheduled."""
+    async def next_due_at(
+        self, not_before: datetime | None = None, *, partitions: Collection[int] | None = None
+    ) -> datetime | None:
+        """The earliest next_run_at of any scheduled job of the given partitions (None: all),
+        of those at or after `not_before` (as in `due_jobs`); None when there is none."""
         ...
 
     async def claim(
@@ -210,7 +263,8 @@ class ClaimStore(Protocol):
         owner: str,
         lease_until: datetime,
         now: datetime,
-    ) -> list[Fire]:
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Fire]:
         """Claim, advance and record each plan's occurrence, for an executor in this process.
 
         The only way a job fires (with `claim_hand_off`). For each plan, in ONE transaction
@@ -224,15 +278,27 @@ class ClaimStore(Protocol):
         claim + advance + pending run. A plan with no `scheduled_for` (a misfire skip) advances
         the job and fires nothing.
 
+        Partitions (ADR 0015): a plan with an `epoch` is claimed only if `owner` holds the
+        job's partition at that epoch and the lease has not expired by the database's clock,
+        or if the job is overdue by more than `takeover_grace_ms` at `now` (the takeover of a
+        dead owner's work, still through the same compare-and-set). Any other plan is refused
+        and counted in the result's `refused`: a former owner cannot claim under its old epoch.
+        Each run records the epoch its partition had when it was claimed (`Run.claim_epoch`).
+
         Returns the new runs as complete fires, leased to `owner` until `lease_until` at
         attempt 1, in no particular order.
         """
         ...
 
     async def claim_hand_off(
-        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
-    ) -> list[Envelope]:
-        """The same claim, for workers in other processes (the table queue).
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        now: datetime,
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Envelope]:
+        """The same claim (partition check included), for workers in other processes.
 
         The new runs are left unowned at attempt 0, their lease ending at their scheduled
         instant, so any worker leases them (`lease_runs`, or `lease_fenced_runs` with the
@@ -250,15 +316,78 @@ class ClaimStore(Protocol):
         run. Wakes the watchers of "runs". Raises NotFound."""
         ...
 
+    # -- partitions (ADR 0015) --------------------------------------------------------------
+    def partition_count(self) -> int:
+        """P, the number of partitions of the job space (read from the database at `open`)."""
+        ...
+
+    async def partition_leases(self) -> LeaseView:
+        """Every partition's lease, and the database's clock as it read them."""
+        ...
+
+    async def update_partition_leases(
+        self,
+        owner: str,
+        *,
+        renew: Mapping[int, int],
+        release: Collection[int],
+        acquire: Collection[int],
+        ttl_ms: int,
+    ) -> LeaseView:
+        """One scheduler's lease round, in one transaction: renew the leases `owner` holds at
+        the given {partition: epoch} (one that changed hands meanwhile is not renewed),
+        release `release` (if it holds them), and take each partition of `acquire` that nobody
+        holds (released, or expired by the database's clock; its epoch goes up by one).
+        Renewed and taken leases expire `ttl_ms` after the database's clock. Returns the leases
+        `owner` holds afterwards, with the database's clock. Wakes the watchers of "cluster"
+        (other processes too, where the backend can tell) when it released or took any."""
+        ...
+
+    async def heartbeat_node(self, node: NodeAnnouncement, *, ttl_ms: int) -> list[Node]:
+        """Announce `node` (insert or renew it; it is live until `ttl_ms` after the database's
+        clock) and return every live node, itself included. Wakes the watchers of "cluster"
+        when the node is new."""
+        ...
+
+    async def leave(self, node_id: str) -> None:
+        """`node_id` leaves: forget it and release every partition it holds, at once, in one
+        transaction (a scheduler's orderly shutdown). Wakes the watchers of "cluster"."""
+        ...
+
+    async def forget_node(self, node_id: str, role: str) -> None:
+        """Remove one role's row of `node_id` (a worker that stops); nothing else changes."""
+        ...
+
+    async def list_nodes(self, *, include_gone: bool = False) -> list[Node]:
+        """The nodes whose heartbeat is live (with `include_gone`, the others too)."""
+        ...
+
+    async def partition_lag(self, now: datetime) -> dict[int, datetime]:
+        """Each partition's oldest job due by `now` that nobody has claimed yet (partitions with
+        nothing due are left out): how far behind its owner is."""
+        ...
+
 
 class LeaseStore(Protocol):
     async def lease_runs(
-        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+        self,
+        *,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        limit: int,
+        hand_offs_by: datetime | None = None,
     ) -> list[Fire]:
         """The table queue's dequeue: lease up to `limit` pending runs whose lease is free at
-        `now` (never leased: a hand-off whose instant came, a manual trigger, a retry whose
-        backoff passed, a redriven dead letter; or expired: its holder died), soonest-free
-        first. Each gets fence + 1, attempt + 1, `owner` and `lease_until`, atomically: two
+        `now` (a hand-off whose instant came, a manual trigger, a retry whose backoff passed,
+        a redriven dead letter, or an expired lease: its holder died), soonest-free first.
+
+        A hand-off that was never leased (attempt 0, origin "schedule") must also be free at
+        `hand_offs_by` (default `now`): a worker behind an external queue passes an earlier
+        instant, because such a run's message may still be on its way to another worker.
+        Every other run (attempt 1 or more, or a manual trigger) needs only `now`.
+
+        Each run leased gets fence + 1, attempt + 1, `owner` and `lease_until`, atomically: two
         workers leasing at once never get the same run. Returns them as fires (job target,
         retry policy, alert and the tenant's secrets as of this statement)."""
         ...
@@ -307,9 +436,15 @@ class LeaseStore(Protocol):
         """How many pending runs a worker could lease at `now` (the table queue's depth)."""
         ...
 
-    async def next_lease_at(self) -> datetime | None:
+    async def oldest_leasable_at(self, now: datetime) -> datetime | None:
+        """When the longest-waiting run that a worker could lease at `now` became leasable (the
+        age of the queue's oldest waiting fire); None when none waits."""
+        ...
+
+    async def next_lease_at(self, after: datetime | None = None) -> datetime | None:
         """The earliest instant at which some pending run's lease is (or becomes) free; None
-        when no run is pending. Workers sleep until then."""
+        when no run is pending. With `after`, only leases that end later than `after` count
+        (None when none does). Workers sleep until then (worker/leaser.py)."""
         ...
 
     async def extend_leases(
@@ -403,7 +538,7 @@ class Watchers:
     """Per-subscriber events, so one waiter clearing its event never hides a change from another."""
 
     def __init__(self) -> None:
-        self._events: dict[Topic, list[asyncio.Event]] = {"jobs": [], "runs": []}
+        self._events: dict[Topic, list[asyncio.Event]] = {"jobs": [], "runs": [], "cluster": []}
 
     def watch(self, topic: Topic) -> asyncio.Event:
         event = asyncio.Event()

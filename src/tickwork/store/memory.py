@@ -1,17 +1,20 @@
 """In-memory reference store: the contract in its plainest form, for unit tests.
 
 Not durable and single-process; every method runs without awaiting, so each is atomic under
-asyncio.
+asyncio. Its "database clock" for partition leases and node heartbeats is the `clock` it is
+given (the system clock by default).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from tickwork.clock import Clock, SystemClock
 from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.partitions import DEFAULT_PARTITIONS, Node, PartitionLease, partition_of
 from tickwork.domain.runs import (
     AttemptRecord,
     Envelope,
@@ -25,11 +28,15 @@ from tickwork.domain.runs import (
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import (
+    DEFAULT_TAKEOVER_GRACE_MS,
     Applied,
+    Claimed,
     ClaimPlan,
     DueJob,
     HistoryMaintenance,
     JobQuery,
+    LeaseView,
+    NodeAnnouncement,
     StoreStats,
     Topic,
     Watchers,
@@ -39,7 +46,14 @@ from tickwork.store.base import (
 
 
 class MemoryStore:
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None, partitions: int = DEFAULT_PARTITIONS) -> None:
+        self._clock = clock or SystemClock()
+        self._partitions = partitions
+        self._partition_leases = {
+            p: PartitionLease(partition=p, owner=None, epoch=0, expires_at=_EPOCH)
+            for p in range(partitions)
+        }
+        self._nodes: dict[tuple[str, str], Node] = {}  # by (id, role)
         self._jobs: dict[str, Job] = {}
         self._runs: dict[int, Run] = {}
         self._leases: dict[int, tuple[str | None, datetime]] = {}
@@ -101,11 +115,16 @@ class MemoryStore:
 
     # -- fire path --------------------------------------------------------------------------
     async def due_jobs(
-        self, until: datetime, limit: int, *, not_before: datetime | None = None
+        self,
+        until: datetime,
+        limit: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
     ) -> list[DueJob]:
         due = [
             j
-            for j in self._due_from(not_before)
+            for j in self._due_from(not_before, partitions)
             if j.next_run_at <= until  # type: ignore[operator]
         ]
         due.sort(key=lambda j: j.next_run_at)  # type: ignore[arg-type, return-value]
@@ -115,18 +134,34 @@ class MemoryStore:
                 fence_token=j.fence_token,
                 next_run_at=j.next_run_at,  # type: ignore[arg-type]
                 schedule=j.schedule,
+                partition=self._partition(j.id),
             )
             for j in due[:limit]
         ]
 
-    async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
-        times = [j.next_run_at for j in self._due_from(not_before)]
+    async def next_due_at(
+        self, not_before: datetime | None = None, *, partitions: Collection[int] | None = None
+    ) -> datetime | None:
+        times = [j.next_run_at for j in self._due_from(not_before, partitions)]
         return min(times) if times else None  # type: ignore[type-var]
 
-    def _due_from(self, not_before: datetime | None) -> list[Job]:
-        """Schedulable jobs whose next run is at or after `not_before` (all, if None)."""
+    def _due_from(
+        self, not_before: datetime | None, partitions: Collection[int] | None
+    ) -> list[Job]:
+        """Schedulable jobs whose next run is at or after `not_before` (all, if None), of the
+        given partitions (all, if None)."""
         low = datetime.min.replace(tzinfo=UTC) if not_before is None else not_before
-        return [j for j in self._jobs.values() if _schedulable(j) and j.next_run_at >= low]  # type: ignore[operator]
+        wanted = None if partitions is None else set(partitions)
+        return [
+            j
+            for j in self._jobs.values()
+            if _schedulable(j)
+            and j.next_run_at >= low  # type: ignore[operator]
+            and (wanted is None or self._partition(j.id) in wanted)
+        ]
+
+    def _partition(self, job_id: str) -> int:
+        return partition_of(job_id, self._partitions)
 
     async def claim(
         self,
@@ -135,19 +170,27 @@ class MemoryStore:
         owner: str,
         lease_until: datetime,
         now: datetime,
-    ) -> list[Fire]:
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Fire]:
+        claimed, refused = self._claim_runs(plans, owner, now, takeover_grace_ms, attempt=1)
         fires = []
-        for run, job in self._claim_runs(plans, now, attempt=1):
+        for run, job in claimed:
             self._leases[run.id] = (owner, lease_until)
             fires.append(self._fire(run, job, lease_until))
-        return fires
+        return Claimed(fires, refused=refused)
 
     async def claim_hand_off(
-        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
-    ) -> list[Envelope]:
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        now: datetime,
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Envelope]:
         envelopes = []
         # attempt 0: a hand-off counts from its first lease
-        for run, _job in self._claim_runs(plans, now, attempt=0):
+        claimed, refused = self._claim_runs(plans, owner, now, takeover_grace_ms, attempt=0)
+        for run, _job in claimed:
             self._leases[run.id] = (None, run.scheduled_for)  # free from its instant on
             envelopes.append(
                 Envelope(
@@ -161,16 +204,29 @@ class MemoryStore:
             )
         if envelopes:
             self._watchers.notify("runs")
-        return envelopes
+        return Claimed(envelopes, refused=refused)
 
     def _claim_runs(
-        self, plans: Sequence[ClaimPlan], now: datetime, *, attempt: int
-    ) -> list[tuple[Run, Job]]:
-        """Both claims' compare-and-set and advance; the runs inserted, with their jobs."""
+        self,
+        plans: Sequence[ClaimPlan],
+        owner: str,
+        now: datetime,
+        takeover_grace_ms: int,
+        *,
+        attempt: int,
+    ) -> tuple[list[tuple[Run, Job]], int]:
+        """Both claims' compare-and-set and advance; the runs inserted, with their jobs, and
+        how many plans were refused for their partition epoch."""
         claimed = []
+        refused = 0
+        overdue_before = now - timedelta(milliseconds=takeover_grace_ms)
         for plan in plans:
             job = self._jobs.get(plan.job_id)
             if job is None or not _claimable(job, plan):
+                continue
+            lease = self._partition_leases[self._partition(job.id)]
+            if not self._may_claim(plan, lease, owner, overdue_before):
+                refused += 1
                 continue
             fence = job.fence_token + 1
             self._jobs[job.id] = replace(
@@ -186,8 +242,96 @@ class MemoryStore:
                 job, plan.scheduled_for, RunOrigin.SCHEDULE, fence, plan.coalesced, now, attempt
             )
             if run is not None:
+                run = replace(run, claim_epoch=lease.epoch)
+                self._runs[run.id] = run
                 claimed.append((run, job))
-        return claimed
+        return claimed, refused
+
+    def _may_claim(
+        self, plan: ClaimPlan, lease: PartitionLease, owner: str, overdue_before: datetime
+    ) -> bool:
+        return (
+            plan.epoch is None
+            or plan.expected_next_run_at < overdue_before
+            or (
+                lease.owner == owner
+                and lease.epoch == plan.epoch
+                and lease.expires_at > self._clock.now()
+            )
+        )
+
+    # -- partitions and nodes (ADR 0015) ------------------------------------------------------
+    def partition_count(self) -> int:
+        return self._partitions
+
+    async def partition_leases(self) -> LeaseView:
+        return LeaseView(now=self._clock.now(), leases=tuple(self._partition_leases.values()))
+
+    async def update_partition_leases(
+        self,
+        owner: str,
+        *,
+        renew: Mapping[int, int],
+        release: Collection[int],
+        acquire: Collection[int],
+        ttl_ms: int,
+    ) -> LeaseView:
+        now = self._clock.now()
+        until = now + timedelta(milliseconds=ttl_ms)
+        changed = False
+        for partition, epoch in renew.items():
+            lease = self._partition_leases.get(partition)
+            if lease is not None and lease.owner == owner and lease.epoch == epoch:
+                self._partition_leases[partition] = replace(lease, expires_at=until, renewed_at=now)
+        for partition in release:
+            lease = self._partition_leases.get(partition)
+            if lease is not None and lease.owner == owner:
+                self._partition_leases[partition] = replace(lease, owner=None, expires_at=_EPOCH)
+                changed = True
+        for partition in acquire:
+            lease = self._partition_leases.get(partition)
+            if lease is not None and (lease.owner is None or lease.expires_at <= now):
+                self._partition_leases[partition] = replace(
+                    lease, owner=owner, epoch=lease.epoch + 1, expires_at=until, renewed_at=now
+                )
+                changed = True
+        if changed:
+            self._watchers.notify("cluster")
+        return await self.partition_leases()
+
+    async def heartbeat_node(self, node: NodeAnnouncement, *, ttl_ms: int) -> list[Node]:
+        now = self._clock.now()
+        new = (node.id, node.role) not in self._nodes
+        self._nodes[(node.id, node.role)] = Node(
+            id=node.id,
+            role=node.role,
+            host=node.host,
+            pid=node.pid,
+            version=node.version,
+            started_at=node.started_at,
+            heartbeat_at=now,
+            expires_at=now + timedelta(milliseconds=ttl_ms),
+            info=dict(node.info),
+        )
+        if new:
+            self._watchers.notify("cluster")
+        return await self.list_nodes()
+
+    async def leave(self, node_id: str) -> None:
+        for key in [k for k in self._nodes if k[0] == node_id]:
+            del self._nodes[key]
+        for partition, lease in self._partition_leases.items():
+            if lease.owner == node_id:
+                self._partition_leases[partition] = replace(lease, owner=None, expires_at=_EPOCH)
+        self._watchers.notify("cluster")
+
+    async def forget_node(self, node_id: str, role: str) -> None:
+        self._nodes.pop((node_id, role), None)
+
+    async def list_nodes(self, *, include_gone: bool = False) -> list[Node]:
+        now = self._clock.now()
+        nodes = sorted(self._nodes.values(), key=lambda n: (n.id, n.role))
+        return [n for n in nodes if include_gone or n.expires_at > now]
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         job = await self.get_job(job_id)
@@ -200,12 +344,19 @@ class MemoryStore:
         return run
 
     async def lease_runs(
-        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+        self,
+        *,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        limit: int,
+        hand_offs_by: datetime | None = None,
     ) -> list[Fire]:
+        hand_offs_by = now if hand_offs_by is None else hand_offs_by
         expired = [
             run_id
             for run_id, (_, until) in sorted(self._leases.items(), key=lambda kv: kv[1][1])
-            if until <= now
+            if until <= now and (until <= hand_offs_by or not _never_leased(self._runs[run_id]))
         ][:limit]
         fires = []
         for run_id in expired:
@@ -262,11 +413,27 @@ class MemoryStore:
             fires.append(self._fire(run, self._jobs[run.job_id], lease_until))
         return fires
 
+    async def oldest_leasable_at(self, now: datetime) -> datetime | None:
+        # Only pending runs have a lease entry (leasable_runs counts the same ones).
+        return min((until for _, until in self._leases.values() if until <= now), default=None)
+
+    async def partition_lag(self, now: datetime) -> dict[int, datetime]:
+        oldest: dict[int, datetime] = {}
+        for job in self._jobs.values():
+            due = job.next_run_at
+            if _schedulable(job) and due is not None and due <= now:
+                p = self._partition(job.id)
+                oldest[p] = min(oldest.get(p, due), due)
+        return dict(sorted(oldest.items()))
+
     async def leasable_runs(self, now: datetime) -> int:
         return sum(1 for _, until in self._leases.values() if until <= now)
 
-    async def next_lease_at(self) -> datetime | None:
-        return min((until for _, until in self._leases.values()), default=None)
+    async def next_lease_at(self, after: datetime | None = None) -> datetime | None:
+        return min(
+            (until for _, until in self._leases.values() if after is None or until > after),
+            default=None,
+        )
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
@@ -450,6 +617,14 @@ class MemoryStore:
         self._next_run_id += 1
         self._runs[run.id] = run
         return run
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _never_leased(run: Run) -> bool:
+    """A hand-off no worker has leased yet (lease_runs' `hand_offs_by` applies to it)."""
+    return run.attempt == 0 and run.origin is RunOrigin.SCHEDULE
 
 
 def _after(run: Run, outcome: RunOutcome) -> Run:

@@ -51,6 +51,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from tickwork.domain.partitions import check_partitions
 from tickwork.errors import InvalidInput, StoreError, TickworkError
 
 __all__ = [
@@ -136,16 +137,23 @@ def alembic_config() -> Config:
     return config
 
 
-async def upgrade(url: str, revision: str = "head") -> str:
+async def upgrade(url: str, revision: str = "head", *, partitions: int | None = None) -> str:
     """Migrate the database at `url` to `revision`; return the revision current afterwards.
 
-    Idempotent, and safe to run from many processes at once (see the module docstring).
+    `partitions` is P for a database whose partitions are created by this upgrade (revision
+    0005; default 64); a database that has them keeps its P (`tickwork db repartition` changes
+    it). Idempotent, and safe to run from many processes at once (see the module docstring).
     Raises InvalidInput for a bad URL or an unknown revision, StoreError when the database
     cannot be reached or the migration fails (nothing is half-applied: it rolls back).
     """
     target = _target(url)
     config = alembic_config()
     _check_revision(config, revision)
+    if partitions is not None:
+        try:
+            config.attributes["partitions"] = check_partitions(partitions)
+        except ValueError as exc:
+            raise InvalidInput("partitions", str(exc)) from None
     if target.sqlite_file is not None:
         try:
             target.sqlite_file.parent.mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,10 @@ queue (NATS, Redis) the `QueueConsumer` (worker/consumer.py) leases the runs its
 
 Each fire waits for its scheduled instant (the scheduler claims slightly ahead), runs under a
 concurrency limit through a `Runner` (worker/base.py states what a runner must do), and its
-outcome is recorded in batches with a fence-guarded write, while a heartbeat extends the lease
-of every fire held here. A retry released by an outcome is announced to whoever leases from the
-store (`on_retry_released`), so it is leased again when its backoff ends.
+outcome is recorded in batches with a fence-guarded write, while a heartbeat renews the leases
+of the fires held here (worker/lease_timing.py says which, how often and why). A retry
+released by an outcome is announced to whoever leases from the store (`on_retry_released`),
+so it is leased again when its backoff ends.
 
 A job's dead-letter alert (`on_failure`) is sent only once the batch that dead-letters its run
 has been written and the store confirmed that this outcome applied: a zombie whose outcome the
@@ -40,6 +41,12 @@ from tickwork.store.base import ScheduleStore
 from tickwork.timing.outage import outage_pause_s
 from tickwork.waiting import first_of
 from tickwork.worker.base import Alerter, Attempt, Runner
+from tickwork.worker.lease_timing import (
+    DEFAULT_HEARTBEAT_MS,
+    DEFAULT_LEASE_TTL_MS,
+    lease_timing_problem,
+    renew_by,
+)
 from tickwork.worker.outcomes import outcome_for
 
 log = logging.getLogger("tickwork.executor")
@@ -56,13 +63,19 @@ MAX_IDLE_S = 1.0  # the longest the write loop sleeps without a wake-up
 class ExecutorConfig:
     node_id: str
     concurrency: int = 256
-    lease_ttl_ms: int = 60_000
+    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS  # how often held leases are renewed
     flush_interval_ms: int = 20  # outcomes are written in batches at most this stale
     # Fires leased but not yet finished that this executor keeps at most. Beyond it, it leases
     # no more: a worker that cannot keep up leaves the rest in the store (or the queue) for
     # other workers, instead of holding every run of a burst under leases it must heartbeat
     # and that would all wait out their TTL if it died.
     backlog_limit: int = 1024
+
+    def __post_init__(self) -> None:
+        problem = lease_timing_problem(self.lease_ttl_ms, self.heartbeat_ms)
+        if problem is not None:
+            raise ValueError(problem)
 
 
 class Executor:
@@ -95,7 +108,11 @@ class Executor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._outcomes: list[RunOutcome] = []
         self._outcome_ready = asyncio.Event()
-        self._leased: dict[int, int] = {}  # run_id -> fence of every fire we hold
+        # run_id -> (fence, lease end) of every fire we hold: the heartbeat renews the leases
+        # that are at least a heartbeat old (worker/lease_timing.py).
+        self._leased: dict[int, tuple[int, datetime]] = {}
+        self._lease_ttl = timedelta(milliseconds=config.lease_ttl_ms)
+        self._heartbeat = timedelta(milliseconds=config.heartbeat_ms)
         self._retry_listeners: list[Callable[[datetime], None]] = []
         self._random = random.Random().random  # backoff jitter; tests may replace it
 
@@ -145,9 +162,10 @@ class Executor:
         now = self._clock.now()
         started = 0
         for fire in fires:
-            if self._leased.get(fire.run_id) == fire.fence_token:
+            held = self._leased.get(fire.run_id)
+            if held is not None and held[0] == fire.fence_token:
                 continue
-            self._leased[fire.run_id] = fire.fence_token
+            self._leased[fire.run_id] = (fire.fence_token, fire.lease_until)
             started += 1
             if fire.scheduled_for <= now:
                 self._ready.append(fire)
@@ -228,10 +246,22 @@ class Executor:
         self._outcome_ready.set()
 
     async def heartbeat(self) -> int:
-        """Extend the leases of every fire this executor holds (waiting or running)."""
-        leases = list(self._leased.items())
-        until = self._clock.now() + timedelta(milliseconds=self._config.lease_ttl_ms)
-        return await self._store.extend_leases(leases, lease_until=until)
+        """Renew, in one batch, the leases of the fires held here (waiting or running) that
+        are at least a heartbeat old; returns how many the store extended. A lease whose fence
+        moved on (it ran out and another worker took the run) is not extended: the outcome of
+        this attempt will be rejected the same way."""
+        now = self._clock.now()
+        due = renew_by(now, self._lease_ttl, self._heartbeat)
+        leases = [(run_id, fence) for run_id, (fence, end) in self._leased.items() if end <= due]
+        if not leases:
+            return 0
+        until = now + self._lease_ttl
+        extended = await self._store.extend_leases(leases, lease_until=until)
+        for run_id, fence in leases:
+            held = self._leased.get(run_id)
+            if held is not None and held[0] == fence:  # not finished or leased anew meanwhile
+                self._leased[run_id] = (fence, until)
+        return extended
 
     async def flush(self) -> int:
         """Write the outcomes gathered so far in one batch; returns how many were applied."""
@@ -246,7 +276,8 @@ class Executor:
         for outcome in batch:
             # Only the lease this outcome was for: after its lease ran out, this executor may
             # hold the same run again at a newer fence, which must keep its heartbeat.
-            if self._leased.get(outcome.run_id) == outcome.fence_token:
+            held = self._leased.get(outcome.run_id)
+            if held is not None and held[0] == outcome.fence_token:
                 del self._leased[outcome.run_id]
             if outcome.retry_at is not None:
                 for listener in self._retry_listeners:
@@ -278,8 +309,7 @@ class Executor:
                 await self.flush()
                 if loop.time() >= next_heartbeat:
                     await self.heartbeat()
-                    # Three beats per lease: one lost beat never lets a live lease lapse.
-                    next_heartbeat = loop.time() + self._config.lease_ttl_ms / 3000
+                    next_heartbeat = loop.time() + self._config.heartbeat_ms / 1000
             except Exception:
                 failures += 1
                 if failures == 1:

@@ -8,18 +8,22 @@ The store is the source of truth, so this service is what no deployment can do w
   free from its instant, and `lease_runs` takes it (fence + 1).
 * Everywhere it re-leases orphaned runs: a lease that expired with its holder (a crashed or
   paused worker), a manual trigger, a retry whose backoff is over, a redriven dead letter.
-  Behind an external queue it is the backstop for lost messages: it leases a run only once its
-  lease has been free for `backstop_delay_ms`, so the queue's consumers come first.
+  None of these is ever published to a queue, so it leases them as soon as they are free.
+* Behind an external queue it is also the backstop for lost messages: a hand-off that no
+  worker has leased yet is taken from the store only once its lease has been free for
+  `backstop_delay_ms`, so the queue's consumers come first (`lease_runs`' `hand_offs_by`).
 * A lease call can commit and still fail (the connection dies before the reply): its runs are
   then leased to this node at fences it never learned. The next round first takes back this
   node's live leases that its executor does not hold (`take_back_own_leases`, same fence), so
   a lost reply costs one round, not a lease TTL.
 
 It lives in worker/ rather than maintenance/ because on the table queue it is the fire path
-itself, not upkeep beside it. It leases when runs change (a NOTIFY from a hand-off, a redrive),
-when a retry it knows of comes due, and every `scan_interval_ms` (an expired lease notifies
-nobody); a big batch is followed at once by the next, a small one waits `pause_ms` so that a
-busy executor freeing a few slots at a time still leases in batches.
+itself, not upkeep beside it. It leases when runs change (a NOTIFY from a hand-off, a redrive;
+on the table queue only), when a retry it knows of comes due, when the earliest lease it knows
+of ends (an expired lease notifies nobody: this is how a dead worker's fires come back within a
+lease TTL), and every `scan_interval_ms`; a big batch is followed at once by the next, a small
+one waits `pause_ms` so that a busy executor freeing a few slots at a time still leases in
+batches.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from tickwork.store.base import LeaseStore, StoreLifecycle
 from tickwork.timing.outage import outage_pause_s
 from tickwork.waiting import first_of
 from tickwork.worker.base import FireSink
+from tickwork.worker.lease_timing import DEFAULT_LEASE_TTL_MS
 
 log = logging.getLogger("tickwork.leaser")
 
@@ -53,10 +58,15 @@ class LeaserStore(LeaseStore, StoreLifecycle, Protocol):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LeaserConfig:
     node_id: str
-    lease_ttl_ms: int = 60_000
-    scan_interval_ms: int = 5_000  # how often to look for runs nobody is running
-    # With an external queue, runs normally arrive as messages; the store is only the backstop
-    # for lost messages, so a free lease is taken from it only once it is this old.
+    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
+    # How often to look for runs nobody is running even when no lease is known to come due:
+    # what no notice and no known lease end announces (a retry released by a worker that died
+    # before it leased it again). A dead worker's own leases are found when they end.
+    scan_interval_ms: int = 2_000
+    # With an external queue, hand-offs arrive as messages; the store is only the backstop for
+    # a lost message, so a hand-off that no worker has leased yet is taken from the store only
+    # once its lease has been free this long. Every other free run (an expired lease, a retry,
+    # a manual trigger, a redriven dead letter) is never published: it is leased at once.
     backstop_delay_ms: int = 0
     # Lease runs this early (handed-off fires become leasable at their instant); the fire
     # itself still waits for its instant, so it starts on time instead of a loop tick late.
@@ -69,6 +79,8 @@ class LeaserConfig:
     def __post_init__(self) -> None:
         if self.batch < 1 or self.lease_ttl_ms < 1 or self.pause_ms < 0:
             raise ValueError("batch and lease_ttl_ms must be positive, pause_ms not negative")
+        if self.backstop_delay_ms < 0:
+            raise ValueError("backstop_delay_ms must not be negative")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,17 +102,20 @@ class StoreLeaser:
         self._sink = sink
         self._config = config
         self._lease_ttl = timedelta(milliseconds=config.lease_ttl_ms)
-        # How far from now the lease horizon sits: ahead by the look-ahead, behind by the
-        # backstop delay (external queues deliver first; the store only backs them up).
-        self._horizon = timedelta(milliseconds=config.lookahead_ms - config.backstop_delay_ms)
+        self._lookahead = timedelta(milliseconds=config.lookahead_ms)
+        self._backstop = timedelta(milliseconds=config.backstop_delay_ms)
         self._next_lease_at: datetime | None = None
         self._woken = asyncio.Event()  # a retry came due earlier than the leaser knew
+        self._announced: datetime | None = None  # the earliest retry announced during a round
         # The last lease call failed, and may have committed: take back its leases first.
         self._lease_uncertain = False
         sink.on_retry_released(self.wake_at)
 
     def wake_at(self, when: datetime) -> None:
         """Lease again no later than `when` (the executor released a retry until then)."""
+        # Kept apart as well: a round in progress, whose store reads may predate the retry,
+        # would otherwise overwrite it with its own idea of the next lease.
+        self._announced = _earliest(self._announced, when)
         if self._next_lease_at is None or when < self._next_lease_at:
             self._next_lease_at = when
             self._woken.set()
@@ -109,6 +124,7 @@ class StoreLeaser:
         """Take back the leases a failed call may have committed, then lease what is free
         within the horizon, as much as the executor has room for, and hand it over."""
         self._next_lease_at = None
+        self._announced = None
         now = self._clock.now()
         lease_until = now + self._lease_ttl
         taken_back = await self._take_back(now, lease_until) if self._lease_uncertain else 0
@@ -119,9 +135,12 @@ class StoreLeaser:
             self._next_lease_at = now
             return LeaseRound(started=taken_back, taken_back=taken_back, full=False,
                               next_lease_at=now)  # fmt: skip
+        # Runs are leased up to a look-ahead early: the fire itself still waits for its instant.
+        ahead = now + self._lookahead
         try:
             fires = await self._store.lease_runs(
-                now=now + self._horizon,
+                now=ahead,
+                hand_offs_by=ahead - self._backstop,
                 owner=self._config.node_id,
                 lease_until=lease_until,
                 limit=room,
@@ -132,18 +151,32 @@ class StoreLeaser:
             self._lease_uncertain = True
             raise
         started = taken_back + self._hand_over(fires)
-        # Sleep no longer than until the next lease frees up: a hand-off from a scheduler in
-        # another process, a retry, an expiring lease.
-        next_free = await self._store.next_lease_at()
-        self._next_lease_at = None if next_free is None else next_free - self._horizon
-        waiting = self._next_lease_at
-        metrics.QUEUE_LAG.set(max((now - waiting).total_seconds(), 0.0) if waiting else 0.0)
+        free_at = await self._next_free_at(ahead)
+        metrics.QUEUE_LAG.set(max((now - free_at).total_seconds(), 0.0) if free_at else 0.0)
+        # Room filled: more may be free already. Otherwise sleep no longer than until a run
+        # may become leasable (a hand-off from a scheduler elsewhere, a lease that ends), or
+        # until a retry the executor announced meanwhile comes due.
+        self._next_lease_at = now if len(fires) >= room else _earliest(free_at, self._announced)
         return LeaseRound(
             started=started,
             taken_back=taken_back,
             full=started >= self._config.batch // 2,
             next_lease_at=self._next_lease_at,
         )
+
+    async def _next_free_at(self, ahead: datetime) -> datetime | None:
+        """When a lease round may next find something, never later than that (None: no run is
+        pending): a round just leased everything free by `ahead` except what the rule made it
+        leave, so the next run may come from two places."""
+        first = await self._store.next_lease_at()
+        if first is None or not self._backstop:
+            return None if first is None else first - self._lookahead
+        # The earliest free lease left behind is a hand-off whose message may be in flight
+        # (or a run another worker was leasing): leasable here once it is a backstop old.
+        # Past `ahead`, any run may be the next: an expiring lease becomes leasable at once.
+        beyond = await self._store.next_lease_at(after=ahead)
+        backstopped = first + self._backstop
+        return (backstopped if beyond is None else min(backstopped, beyond)) - self._lookahead
 
     async def _take_back(self, now: datetime, lease_until: datetime) -> int:
         """Start the runs leased to this node that its executor does not hold: those of a
@@ -174,8 +207,13 @@ class StoreLeaser:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease until `stop`: on change notices, when a known retry or free lease comes due,
-        and every `scan_interval_ms`; a full batch is followed at once by the next."""
-        runs_changed = self._store.watch("runs")
+        and every `scan_interval_ms`; a full batch is followed at once by the next.
+
+        Behind an external queue the notices are not followed: nearly all of them announce
+        hand-offs, which the queue delivers, and each round there reads the hand-offs whose
+        messages are in flight (to skip them). Manual triggers and redrives are found by the
+        scan instead."""
+        runs_changed = self._store.watch("runs") if not self._backstop else asyncio.Event()
         loop = asyncio.get_running_loop()
         next_scan = 0.0
         failures = 0  # consecutive failed rounds: while the store is down, back off, log once
@@ -226,3 +264,9 @@ class StoreLeaser:
             return MAX_IDLE_S
         left = (self._next_lease_at - self._clock.now()).total_seconds()
         return min(max(left, 0.0), MAX_IDLE_S)
+
+
+def _earliest(first: datetime | None, second: datetime | None) -> datetime | None:
+    if first is None or second is None:
+        return first if second is None else second
+    return min(first, second)

@@ -9,27 +9,39 @@ events.
 
 Every driver call goes through `_fetch` / `_execute` (or `translated` directly), so driver
 errors become store errors in one place (`errors.py`).
+
+The due-scan reads only the partitions a scheduler holds: one range of the index
+(partition, next_run_us) per partition, merged in time order (`due_jobs_in_partitions`). Those
+statements run on a pool of their own with generic plans: every branch is an index range scan
+whatever the parameters, and planning 64 branches afresh took about 2 ms of each tick (ADR 0015).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 
-from tickwork.clock import to_us
+from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.partitions import DEFAULT_PARTITIONS, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
 from tickwork.store.base import (
+    DEFAULT_TAKEOVER_GRACE_MS,
     Applied,
+    Claimed,
     ClaimPlan,
+    DueJob,
     HistoryMaintenance,
+    LeaseView,
+    NodeAnnouncement,
     Topic,
     Watchers,
     distinct_leases,
@@ -42,11 +54,14 @@ from tickwork.store.postgres.listen import NotifyListener
 from tickwork.store.postgres.statements import SQL
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement
-from tickwork.store.sql.reads import SqlReads
+from tickwork.store.sql.reads import SqlReads, floor_us
 
 log = logging.getLogger("tickwork.store.postgres")
 
 CHANNEL = "tickwork"
+TOPICS: tuple[Topic, ...] = ("jobs", "runs", "cluster")
+# The scan pool's sessions: generic plans for the due-scan's unions (see the module docstring).
+SCAN_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 
 
 class PostgresStore(SqlReads):
@@ -56,6 +71,8 @@ class PostgresStore(SqlReads):
         self._migrate = migrate
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
+        self._scan_pool: asyncpg.Pool | None = None
+        self._partitions = DEFAULT_PARTITIONS
         self._watchers = Watchers()
         self.listener = NotifyListener(self._dsn, CHANNEL, self._on_notify, self._after_relisten)
         self._sql = SQL
@@ -74,27 +91,35 @@ class PostgresStore(SqlReads):
                 server_settings=SERVER_SETTINGS,
                 reset=keep_session,
             )
+            self._scan_pool = await asyncpg.create_pool(
+                self._dsn,
+                min_size=1,
+                max_size=2,
+                server_settings=SCAN_SETTINGS,
+                reset=keep_session,
+            )
+        found = await self._query(self._sql.get_meta, {"key": "partitions"})
+        self._partitions = int(found[0]["value"])
         await self.listener.start()
 
     async def close(self) -> None:
         await self.listener.close()
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        for pool in (self._pool, self._scan_pool):
+            if pool is not None:
+                await pool.close()
+        self._pool = self._scan_pool = None
 
     def watch(self, topic: Topic) -> asyncio.Event:
         return self._watchers.watch(topic)
 
     def _on_notify(self, payload: str) -> None:
-        if payload == "jobs":
-            self._watchers.notify("jobs")
-        elif payload == "runs":
-            self._watchers.notify("runs")
+        if payload in TOPICS:
+            self._watchers.notify(payload)
 
     def _after_relisten(self) -> None:
         """Wake every loop: what was notified while nobody listened must be found by a scan."""
-        self._watchers.notify("jobs")
-        self._watchers.notify("runs")
+        for topic in TOPICS:
+            self._watchers.notify(topic)
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -148,11 +173,15 @@ class PostgresStore(SqlReads):
 
     # -- jobs -------------------------------------------------------------------------------
     async def create_job(self, job: Job) -> Job:
-        await self._write_notify(self._sql.insert_job, rows.job_params(job), "jobs")
+        await self._write_notify(
+            self._sql.insert_job, rows.job_params(job, partitions=self._partitions), "jobs"
+        )
         return job
 
     async def update_job(self, job: Job) -> Job:
-        found = await self._write_notify(self._sql.update_job, rows.job_params(job), "jobs")
+        found = await self._write_notify(
+            self._sql.update_job, rows.job_params(job, partitions=self._partitions), "jobs"
+        )
         if not found:
             await self.get_job(job.id)  # NotFound if it is gone
             raise StaleJob(f"job {job.id!r} was claimed since it was read")
@@ -171,31 +200,77 @@ class PostgresStore(SqlReads):
         owner: str,
         lease_until: datetime,
         now: datetime,
-    ) -> list[Fire]:
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Fire]:
         if not plans:
-            return []
-        values = _plan_columns(plans) | {
-            "owner": owner,
-            "now": to_us(now),
-            "lease_until": to_us(lease_until),
-        }
+            return Claimed()
+        values = _claim_values(plans, owner, now, takeover_grace_ms)
+        values["lease_until"] = to_us(lease_until)
         found = await self._fetch(self._sql.claim, values, "claiming")
-        return [rows.fire_from_row(r, lease_until) for r in found]
+        return Claimed(
+            (rows.fire_from_row(r, lease_until) for r in found if r["id"] is not None),
+            refused=_refused(found),
+        )
 
     async def claim_hand_off(
-        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
-    ) -> list[Envelope]:
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        now: datetime,
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Envelope]:
         if not plans:
-            return []
-        values = _plan_columns(plans) | {"owner": owner, "now": to_us(now)}
+            return Claimed()
+        values = _claim_values(plans, owner, now, takeover_grace_ms)
         statement = self._sql.claim_hand_off
         with translated("claiming"):
             found = await self.pool.fetch(statement.text, *statement.args(values))
-            if found:  # wake the workers of other processes
+            envelopes = [rows.envelope_from_row(r) for r in found if r["id"] is not None]
+            if envelopes:  # wake the workers of other processes
                 await self._notify(self.pool, "runs")
-        if found:
+        if envelopes:
             self._watchers.notify("runs")
-        return [rows.envelope_from_row(r) for r in found]
+        return Claimed(envelopes, refused=_refused(found))
+
+    async def due_jobs(
+        self,
+        until: datetime,
+        limit: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> list[DueJob]:
+        parts = self._parts(partitions)
+        if not parts:
+            return []
+        statement = _due_scan(parts)
+        values = {"until": to_us(until), "limit": limit, "not_before": floor_us(not_before)}
+        found = await self._scan(statement, values, "scanning for due jobs")
+        return [rows.due_from_row(r) for r in found]
+
+    async def next_due_at(
+        self, not_before: datetime | None = None, *, partitions: Collection[int] | None = None
+    ) -> datetime | None:
+        parts = self._parts(partitions)
+        if not parts:
+            return None
+        values = {"not_before": floor_us(not_before)}
+        found = await self._scan(_next_due(parts), values, "looking for the next due job")
+        return rows.dt_or_none(found[0]["next_us"])
+
+    def _parts(self, partitions: Collection[int] | None) -> tuple[int, ...]:
+        if partitions is None:
+            return tuple(range(self._partitions))
+        return tuple(sorted({p for p in partitions if 0 <= p < self._partitions}))
+
+    async def _scan(
+        self, statement: Statement, values: Mapping[str, Any], doing: str
+    ) -> list[asyncpg.Record]:
+        if self._scan_pool is None:
+            raise StoreError("PostgresStore used before open()")
+        with translated(doing):
+            return list(await self._scan_pool.fetch(statement.text, *statement.args(values)))
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         key = occurrence_key(job_id, now, RunOrigin.MANUAL)
@@ -206,11 +281,89 @@ class PostgresStore(SqlReads):
             raise NotFound("job", job_id)
         return rows.run_from_row(found[0])
 
+    # -- partitions and nodes (ADR 0015) ----------------------------------------------------
+    def partition_count(self) -> int:
+        return self._partitions
+
+    async def partition_leases(self) -> LeaseView:
+        found = await self._query(self._sql.list_partition_leases, {})
+        return _lease_view(found)
+
+    async def update_partition_leases(
+        self,
+        owner: str,
+        *,
+        renew: Mapping[int, int],
+        release: Collection[int],
+        acquire: Collection[int],
+        ttl_ms: int,
+    ) -> LeaseView:
+        base = {"owner": owner, "ttl_us": ttl_ms * 1000}
+        changed = False
+        with translated("updating partition leases"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                if renew:
+                    held = {"partitions": list(renew), "epochs": list(renew.values())}
+                    await _run(conn, self._sql.renew_partition_leases, base | held)
+                if release:
+                    gone = {"partitions": sorted(release)}
+                    status = await _run(conn, self._sql.release_partition_leases, base | gone)
+                    changed = status != "UPDATE 0"
+                if acquire:
+                    wanted = {"partitions": sorted(acquire)}
+                    taken = await _fetch(conn, self._sql.acquire_partition_leases, base | wanted)
+                    changed = changed or bool(taken)
+                if changed:
+                    await self._notify(conn, "cluster")
+                found = await _fetch(conn, self._sql.list_partition_leases, {})
+        if changed:
+            self._watchers.notify("cluster")
+        return _lease_view(found)
+
+    async def heartbeat_node(self, node: NodeAnnouncement, *, ttl_ms: int) -> list[Node]:
+        with translated("announcing this node"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                params = rows.node_params(node, ttl_ms)
+                [upsert] = await _fetch(conn, self._sql.heartbeat_node, params)
+                found = await _fetch(conn, self._sql.list_nodes, {"all": False})
+                if upsert["inserted"]:  # a new member: the others rebalance at once
+                    await self._notify(conn, "cluster")
+        if upsert["inserted"]:
+            self._watchers.notify("cluster")
+        return [rows.node_from_row(r) for r in found]
+
+    async def leave(self, node_id: str) -> None:
+        with translated("leaving the cluster"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                await _run(conn, self._sql.remove_node, {"id": node_id})
+                await _run(conn, self._sql.release_partitions_of, {"owner": node_id})
+                await self._notify(conn, "cluster")
+        self._watchers.notify("cluster")
+
+    async def forget_node(self, node_id: str, role: str) -> None:
+        await self._execute(self._sql.remove_node_role, {"id": node_id, "role": role}, "leaving")
+
+    async def list_nodes(self, *, include_gone: bool = False) -> list[Node]:
+        found = await self._query(self._sql.list_nodes, {"all": include_gone})
+        return [rows.node_from_row(r) for r in found]
+
     async def lease_runs(
-        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+        self,
+        *,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        limit: int,
+        hand_offs_by: datetime | None = None,
     ) -> list[Fire]:
-        values = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
-        found = await self._fetch(self._sql.lease_runs, values | {"limit": limit}, "leasing")
+        values = {
+            "owner": owner,
+            "lease_until": to_us(lease_until),
+            "now": to_us(now),
+            "hand_offs_by": to_us(now if hand_offs_by is None else hand_offs_by),
+            "limit": limit,
+        }
+        found = await self._fetch(self._sql.lease_runs, values, "leasing")
         return [rows.fire_from_row(r, lease_until) for r in found]
 
     async def lease_run(
@@ -344,9 +497,53 @@ _OUTCOME_ARRAYS = {
 }
 
 
+def _claim_values(
+    plans: Sequence[ClaimPlan], owner: str, now: datetime, takeover_grace_ms: int
+) -> dict[str, Any]:
+    overdue_before = now - timedelta(milliseconds=takeover_grace_ms)
+    return _plan_columns(plans) | {
+        "owner": owner,
+        "now": to_us(now),
+        "overdue_before": to_us(overdue_before),
+    }
+
+
+def _refused(found: Sequence[asyncpg.Record]) -> int:
+    """The claims' extra row: the plans refused for their partition epoch (ADR 0015)."""
+    return sum(r["refused"] for r in found if r["id"] is None)
+
+
+def _lease_view(found: Sequence[asyncpg.Record]) -> LeaseView:
+    now = from_us(found[0]["now_us"]) if found else datetime.now(UTC)
+    return LeaseView(now=now, leases=tuple(rows.lease_from_row(r) for r in found))
+
+
+async def _run(conn: Any, statement: Statement, values: Mapping[str, Any]) -> str:
+    return str(await conn.execute(statement.text, *statement.args(values)))
+
+
+async def _fetch(conn: Any, statement: Statement, values: Mapping[str, Any]) -> list[Any]:
+    return list(await conn.fetch(statement.text, *statement.args(values)))
+
+
+@functools.lru_cache(maxsize=64)
+def _due_scan(parts: tuple[int, ...]) -> Statement:
+    """The due-scan of these partitions: one branch per partition (the numbers are ours)."""
+    branch = SQL.due_jobs_of_partition
+    union = " UNION ALL ".join(f"({branch.fill(partition=str(p))})" for p in parts)
+    return SQL.due_jobs_in_partitions.format(branches=union)
+
+
+@functools.lru_cache(maxsize=64)
+def _next_due(parts: tuple[int, ...]) -> Statement:
+    branch = SQL.next_due_of_partition
+    union = " UNION ALL ".join(f"({branch.fill(partition=str(p))})" for p in parts)
+    return SQL.next_due_in_partitions.format(branches=union)
+
+
 def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
     """The plans as parallel arrays for unnest(): one round trip for the whole batch."""
-    ids, fences, expected, new_next, states, fired, coalesced, keys = ([] for _ in range(8))
+    ids, fences, expected, new_next, states, fired, coalesced, keys, epochs = ([] for _ in range(9))
     for plan in plans:
         completed = plan.new_next_run_at is None
         ids.append(plan.job_id)
@@ -358,7 +555,9 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         fired.append(rows.us_or_none(plan.scheduled_for))
         coalesced.append(plan.coalesced)
         keys.append(occurrence_key(plan.job_id, plan.scheduled_for) if plan.scheduled_for else None)
+        epochs.append(plan.epoch)
     return {
+        "epochs": epochs,
         "ids": ids,
         "fences": fences,
         "expected_us": expected,

@@ -7,7 +7,7 @@
 -- Every column of tw_jobs that rows.job_from_row reads, in rows.job_params' names.
 id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us,
 start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, last_fired_us,
-created_us, updated_us, retry_policy, webhook_secrets, on_failure
+created_us, updated_us, retry_policy, webhook_secrets, on_failure, partition
 
 -- fragment: schedule_columns
 -- The columns of tw_jobs that make up a Schedule (rows.schedule_from_row).
@@ -17,7 +17,7 @@ misfire_grace_ms
 -- fragment: run_columns
 -- Every column of tw_runs that rows.run_from_row reads.
 id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, created_us,
-started_us, finished_us, http_status, error, dead_lettered_us, last_error
+started_us, finished_us, http_status, error, dead_lettered_us, last_error, claim_epoch
 
 -- fragment: attempt_columns
 -- Every column of tw_attempts (rows.attempt_from_row).
@@ -51,7 +51,7 @@ INSERT INTO tw_jobs ({job_columns})
 VALUES (:id, :tenant, :name, :state, :schedule_kind, :cron_expr, :timezone, :every_ms,
         :anchor_us, :at_us, :start_us, :end_us, :misfire, :misfire_grace_ms, :target,
         :next_run_us, :fence_token, :last_fired_us, :created_us, :updated_us, :retry_policy,
-        :webhook_secrets, :on_failure)
+        :webhook_secrets, :on_failure, :partition)
 
 -- name: get_job
 -- One job by id.
@@ -77,18 +77,6 @@ WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
        OR substr(name, 1, length(:name_prefix)) = :name_prefix)
   AND (CAST(:after_id AS TEXT) IS NULL OR id > :after_id)
 ORDER BY id LIMIT :limit
-
--- name: due_jobs
--- The due-scan: scheduled jobs due by :until, from the scan floor :not_before (ADR 0008).
--- Served by the partial index tw_jobs_due, which holds only schedulable rows.
-SELECT id, fence_token, next_run_us, {schedule_columns} FROM tw_jobs
-WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_before
-ORDER BY next_run_us LIMIT :limit
-
--- name: next_due
--- The earliest next_run_us of any scheduled job at or after the scan floor (the sleep target).
-SELECT min(next_run_us) AS next_us FROM tw_jobs
-WHERE state = 'scheduled' AND next_run_us >= :not_before
 
 -- name: insert_manual_run
 -- Record an out-of-schedule occurrence at :now, unowned and leasable at once.
@@ -133,8 +121,10 @@ WHERE id = :id AND fence_token = :fence AND status = 'pending'
 RETURNING {fire_returning}
 
 -- name: next_lease
--- The earliest instant at which some pending run's lease is, or becomes, free.
-SELECT min(lease_until_us) AS next_us FROM tw_runs WHERE status = 'pending'
+-- The earliest instant at which some pending run's lease is, or becomes, free (of those
+-- later than :after, unless it is NULL): the first entry of tw_runs_pending past :after.
+SELECT min(lease_until_us) AS next_us FROM tw_runs
+WHERE status = 'pending' AND (CAST(:after AS BIGINT) IS NULL OR lease_until_us > :after)
 
 -- name: prune_runs
 -- Delete a batch of finished runs (not dead letters) that finished before :cutoff.
@@ -163,7 +153,34 @@ SELECT state, count(*) AS n FROM tw_jobs GROUP BY state
 -- How many runs are pending, leased or not (stats).
 SELECT count(*) AS n FROM tw_runs WHERE status = 'pending'
 
+-- name: oldest_leasable
+-- When the longest-waiting leasable run became leasable (the queue's oldest waiting fire).
+-- The first entry of the partial index tw_runs_pending.
+SELECT min(lease_until_us) AS since_us FROM tw_runs
+WHERE status = 'pending' AND lease_until_us <= :now
+
 -- name: leasable_runs
 -- The table queue's depth: pending runs a worker could lease at :now. Served by the partial
 -- index tw_runs_pending, so it never reads finished history.
 SELECT count(*) AS n FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+
+-- name: get_meta
+-- One setting of the database itself (tw_meta), e.g. `partitions`.
+SELECT value FROM tw_meta WHERE key = :key
+
+-- fragment: node_columns
+-- Every column of tw_nodes (rows.node_from_row).
+id, role, host, pid, version, started_us, heartbeat_us, expires_us, info
+
+-- name: remove_node
+-- Forget a process that leaves, in every role (its partitions are released in the same
+-- transaction).
+DELETE FROM tw_nodes WHERE id = :id
+
+-- name: remove_node_role
+-- Forget one role of a process (a worker that stops; its scheduler role, if any, stays).
+DELETE FROM tw_nodes WHERE id = :id AND role = :role
+
+-- name: release_partitions_of
+-- Release every partition `:owner` holds: a scheduler that leaves hands them over at once.
+UPDATE tw_partition_leases SET owner = NULL, expires_us = 0 WHERE owner = :owner

@@ -55,11 +55,15 @@ class Statement:
 
     def format(self, **identifiers: str) -> Statement:
         """This template with its `{placeholders}` filled in; the caller quotes identifiers."""
+        return _compile(self.name, self.purpose, self.fill(**identifiers), numbered=self.numbered)
+
+    def fill(self, **identifiers: str) -> str:
+        """The template's text with its `{placeholders}` filled in and its parameters still
+        `:named`: a part for another template (the due-scan's branches)."""
         missing = self.placeholders - identifiers.keys()
         if missing:
             raise KeyError(f"statement {self.name!r} needs {', '.join(sorted(missing))}")
-        text = _PLACEHOLDER.sub(lambda m: identifiers[m.group(1)], self.text)
-        return _compile(self.name, self.purpose, text, numbered=self.numbered)
+        return _PLACEHOLDER.sub(lambda m: identifiers[m.group(1)], self.text)
 
 
 class Statements(Mapping[str, Statement]):

@@ -7,6 +7,45 @@
 -- Wake other processes: LISTENers of :channel learn that :topic ("jobs" or "runs") changed.
 SELECT pg_notify(:channel, :topic)
 
+-- fragment: due_columns
+-- What the due-scan reads of a job (rows.due_from_row).
+id, partition, fence_token, next_run_us, {schedule_columns}
+
+-- name: due_jobs_of_partition
+-- One branch of the due-scan: partition {partition}'s earliest due jobs, one range of the
+-- index tw_jobs_due (partition, next_run_us). A template: due_jobs_in_partitions joins one
+-- per partition held.
+SELECT {due_columns} FROM tw_jobs
+WHERE partition = {partition} AND state = 'scheduled'
+  AND next_run_us <= :until AND next_run_us >= :not_before
+ORDER BY next_run_us LIMIT :limit
+
+-- name: due_jobs_in_partitions
+-- The due-scan of the partitions a scheduler holds ({branches}: due_jobs_of_partition for
+-- each, joined by UNION ALL), merged in time order (a Merge Append reads about :limit rows in
+-- all, whatever the table holds), from the scan floor :not_before (ADR 0008).
+SELECT * FROM ({branches}) due ORDER BY next_run_us LIMIT :limit
+
+-- name: next_due_of_partition
+-- One branch of next_due_in_partitions: partition {partition}'s earliest scheduled job.
+SELECT next_run_us FROM tw_jobs
+WHERE partition = {partition} AND state = 'scheduled' AND next_run_us >= :not_before
+ORDER BY next_run_us LIMIT 1
+
+-- name: next_due_in_partitions
+-- The earliest next_run_us of the partitions held ({branches}), at or after the scan floor.
+SELECT min(next_run_us) AS next_us FROM ({branches}) due
+
+-- name: partition_lag
+-- Each partition's oldest due job that nobody has claimed yet (a claimed job has moved on to
+-- its next occurrence): one probe of the due index per partition.
+SELECT l.partition, d.next_run_us FROM tw_partition_leases l CROSS JOIN LATERAL (
+    SELECT next_run_us FROM tw_jobs
+    WHERE partition = l.partition AND state = 'scheduled' AND next_run_us <= :now
+    ORDER BY next_run_us LIMIT 1
+) d
+ORDER BY l.partition
+
 -- name: delete_job_and_runs
 -- Delete a job, its runs and their attempts in one statement (no foreign keys: a trigger cost
 -- ~20 ms per 1,000-fire claim). Returns the job's id, or nothing if it did not exist.
@@ -14,31 +53,48 @@ WITH runs AS (DELETE FROM tw_runs WHERE job_id = :id RETURNING id),
 attempts AS (DELETE FROM tw_attempts WHERE run_id IN (SELECT id FROM runs))
 DELETE FROM tw_jobs WHERE id = :id RETURNING id
 
+-- fragment: db_now
+-- The database's clock in epoch microseconds: leases expire by it, whoever's clock is off.
+(extract(epoch FROM clock_timestamp()) * 1000000)::bigint
+
 -- fragment: claim_jobs
 -- Both claims' compare-and-set and advance, as CTEs: the plans arrive as arrays; `locked`
 -- keeps the jobs still scheduled at the plan's fence and next_run_us, skipping rows another
--- scheduler holds (SKIP LOCKED: skipped, not waited for); `claimed` bumps each fence and
--- advances the job (or completes it), recording :owner as its last claimer.
+-- scheduler holds (SKIP LOCKED: skipped, not waited for); `allowed` keeps those whose
+-- partition the claimer holds at the plan's epoch by the database's clock (a plan without an
+-- epoch is not checked), or that are overdue (before :overdue_before: a takeover of a dead
+-- owner's work); `claimed` bumps each fence and advances the job (or completes it), recording
+-- :owner as its last claimer and the partition's epoch for the run. `locked` rows that are not
+-- `allowed` are the stale-epoch refusals the statements report.
 WITH plan AS (
     SELECT * FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
                          :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
-                         :coalesced::int[], :keys::text[])
-        AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key)
+                         :coalesced::int[], :keys::text[], :epochs::bigint[])
+        AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch)
 ),
 locked AS (
-    SELECT p.* FROM tw_jobs j JOIN plan p ON j.id = p.id
+    SELECT p.*, j.partition FROM tw_jobs j JOIN plan p ON j.id = p.id
     WHERE j.id = ANY(:ids::text[])
       AND j.state = 'scheduled' AND j.fence_token = p.fence AND j.next_run_us = p.expected_us
     FOR UPDATE OF j SKIP LOCKED
+),
+allowed AS (
+    SELECT l.*, pl.epoch AS lease_epoch FROM locked l
+    LEFT JOIN tw_partition_leases pl ON pl.partition = l.partition
+    WHERE l.epoch IS NULL OR l.expected_us < :overdue_before
+       OR (pl.owner = :owner AND pl.epoch = l.epoch AND pl.expires_us > {db_now})
 ),
 claimed AS (
     UPDATE tw_jobs j
     SET fence_token = j.fence_token + 1, next_run_us = l.new_next_us, state = l.new_state,
         last_fired_us = coalesce(l.fired_us, j.last_fired_us), claimed_by = :owner,
         claimed_us = :now
-    FROM locked l
+    FROM allowed l
     WHERE j.id = l.id
-    RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key
+    RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch
+),
+refused AS (
+    SELECT (SELECT count(*) FROM locked) - (SELECT count(*) FROM allowed) AS n
 )
 
 -- name: claim
@@ -51,28 +107,39 @@ claimed AS (
 {claim_jobs},
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
-                         coalesced, lease_owner, lease_until_us, created_us)
+                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch)
     SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, :owner,
-           :lease_until, :now
+           :lease_until, :now, lease_epoch
     FROM claimed WHERE fired_us IS NOT NULL
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
 )
 SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
-       j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
+       j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, 0::bigint AS refused
 FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+-- One more row, with only `refused`, when the store refused plans for their epoch.
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused
+WHERE n > 0
 
 -- name: claim_hand_off
 -- Claim, advance and record a batch of plans for workers in other processes: each new run is
 -- left unowned at attempt 0, leasable from its own instant. Returns only the envelope's
 -- columns, straight from the insert (no join, no job text to send or decode).
-{claim_jobs}
-INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
-                     coalesced, lease_owner, lease_until_us, created_us)
-SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL, fired_us, :now
-FROM claimed WHERE fired_us IS NOT NULL
-ON CONFLICT (key) DO NOTHING
-RETURNING id, job_id, key, scheduled_us, fence_token, attempt
+{claim_jobs},
+inserted AS (
+    INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch)
+    SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL,
+           fired_us, :now, lease_epoch
+    FROM claimed WHERE fired_us IS NOT NULL
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id, job_id, key, scheduled_us, fence_token, attempt
+)
+SELECT *, 0::bigint AS refused FROM inserted
+-- One more row, with only `refused`, when the store refused plans for their epoch.
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused WHERE n > 0
 
 -- fragment: fire_join_returning
 -- A batch lease's RETURNING list: the run, and its job's and tenant's columns from one join
@@ -84,12 +151,18 @@ r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.ret
 
 -- name: lease_runs
 -- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
--- soonest first (fence + 1, attempt + 1), skipping rows another worker is leasing.
+-- soonest first (fence + 1, attempt + 1), skipping rows another worker is leasing. A hand-off
+-- never leased (attempt 0, origin 'schedule') must also be free by :hand_offs_by: behind an
+-- external queue that is earlier, as its message may still be on its way. Both bounds are one
+-- range of tw_runs_pending in lease_until_us order; the second is a filter on the rows it
+-- reads. On the table queue the two are equal and the filter passes every row; behind a queue
+-- it skips the hand-offs whose messages are in flight (ADR 0016).
 UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
 WHERE r.id = ANY(ARRAY(
         SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+          AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule')
         ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED))
   AND j.id = r.job_id
 RETURNING {fire_join_returning}
@@ -257,3 +330,49 @@ WHERE EXISTS (SELECT 1 FROM tw_runs r WHERE r.id = a.run_id AND r.dead_lettered_
 -- name: drop_partition
 -- Drop a detached day: O(1), and no dead tuples left to vacuum.
 DROP TABLE {partition}
+
+-- Partition leases and nodes (ADR 0015). Expiry is by the database's clock.
+
+-- fragment: lease_columns
+-- Every column of tw_partition_leases, and the database's clock when read.
+partition, owner, epoch, expires_us, renewed_us, {db_now} AS now_us
+
+-- name: list_partition_leases
+-- Every partition's lease, with the database's clock.
+SELECT {lease_columns} FROM tw_partition_leases ORDER BY partition
+
+-- name: renew_partition_leases
+-- Renew the (partition, epoch) leases `:owner` holds; a lease that changed hands meanwhile
+-- (its epoch moved on) is not renewed, and not returned.
+UPDATE tw_partition_leases l SET expires_us = {db_now} + :ttl_us, renewed_us = {db_now}
+FROM unnest(:partitions::int[], :epochs::bigint[]) AS k(partition, epoch)
+WHERE l.partition = k.partition AND l.epoch = k.epoch AND l.owner = :owner
+RETURNING l.partition, l.owner, l.epoch, l.expires_us, l.renewed_us, {db_now} AS now_us
+
+-- name: acquire_partition_leases
+-- Take the given partitions that nobody holds (released, or their lease expired by the
+-- database's clock): each one's epoch goes up by one.
+UPDATE tw_partition_leases
+SET owner = :owner, epoch = epoch + 1, expires_us = {db_now} + :ttl_us, renewed_us = {db_now}
+WHERE partition = ANY(:partitions::int[]) AND (owner IS NULL OR expires_us <= {db_now})
+RETURNING {lease_columns}
+
+-- name: release_partition_leases
+-- Release the given partitions if `:owner` holds them (the epoch stays: the next owner bumps
+-- it).
+UPDATE tw_partition_leases SET owner = NULL, expires_us = 0
+WHERE owner = :owner AND partition = ANY(:partitions::int[])
+
+-- name: heartbeat_node
+-- Announce a node: insert it, or renew its heartbeat and figures; `inserted` says which (xmax
+-- is 0 only on a row this statement inserted).
+INSERT INTO tw_nodes (id, role, host, pid, version, started_us, heartbeat_us, expires_us, info)
+VALUES (:id, :role, :host, :pid, :version, :started_us, {db_now}, {db_now} + :ttl_us, :info)
+ON CONFLICT (id, role) DO UPDATE SET heartbeat_us = excluded.heartbeat_us,
+    expires_us = excluded.expires_us, info = excluded.info
+RETURNING (xmax = 0) AS inserted
+
+-- name: list_nodes
+-- The nodes whose heartbeat is live (all of them with :all), with the database's clock.
+SELECT {node_columns}, {db_now} AS now_us FROM tw_nodes
+WHERE :all OR expires_us > {db_now} ORDER BY id, role

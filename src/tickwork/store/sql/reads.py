@@ -7,18 +7,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.clock import to_us
+from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import Job
 from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.errors import NotFound
-from tickwork.store.base import DueJob, JobQuery, StoreStats
+from tickwork.store.base import JobQuery, StoreStats
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement, Statements
 
 EARLIEST_US = -(2**63)  # no lower bound: every next_run_us is at or after it
 
 
-def _floor_us(not_before: datetime | None) -> int:
+def floor_us(not_before: datetime | None) -> int:
     return EARLIEST_US if not_before is None else to_us(not_before)
 
 
@@ -48,17 +48,6 @@ class SqlReads:
         }
         return [rows.job_from_row(r) for r in await self._query(self._sql.list_jobs, params)]
 
-    async def due_jobs(
-        self, until: datetime, limit: int, *, not_before: datetime | None = None
-    ) -> list[DueJob]:
-        params = {"until": to_us(until), "limit": limit, "not_before": _floor_us(not_before)}
-        found = await self._query(self._sql.due_jobs, params)
-        return [rows.due_from_row(r) for r in found]
-
-    async def next_due_at(self, not_before: datetime | None = None) -> datetime | None:
-        found = await self._query(self._sql.next_due, {"not_before": _floor_us(not_before)})
-        return rows.dt_or_none(found[0]["next_us"])
-
     async def list_runs(
         self, job_id: str, *, limit: int = 50, before_id: int | None = None
     ) -> list[Run]:
@@ -69,9 +58,18 @@ class SqlReads:
             await self.get_job(job_id)  # NotFound for a missing job, [] for a quiet one
         return [rows.run_from_row(r) for r in found]
 
-    async def next_lease_at(self) -> datetime | None:
-        found = await self._query(self._sql.next_lease, {})
+    async def next_lease_at(self, after: datetime | None = None) -> datetime | None:
+        params = {"after": None if after is None else to_us(after)}
+        found = await self._query(self._sql.next_lease, params)
         return rows.dt_or_none(found[0]["next_us"])
+
+    async def oldest_leasable_at(self, now: datetime) -> datetime | None:
+        found = await self._query(self._sql.oldest_leasable, {"now": to_us(now)})
+        return rows.dt_or_none(found[0]["since_us"])
+
+    async def partition_lag(self, now: datetime) -> dict[int, datetime]:
+        found = await self._query(self._sql.partition_lag, {"now": to_us(now)})
+        return {r["partition"]: from_us(r["next_run_us"]) for r in found}
 
     async def leasable_runs(self, now: datetime) -> int:
         found = await self._query(self._sql.leasable_runs, {"now": to_us(now)})

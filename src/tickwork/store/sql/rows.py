@@ -20,6 +20,7 @@ from tickwork.domain.jobs import (
     TaskTarget,
     WebhookTarget,
 )
+from tickwork.domain.partitions import Node, PartitionLease, partition_of
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import (
     AttemptRecord,
@@ -31,7 +32,7 @@ from tickwork.domain.runs import (
     RunStatus,
 )
 from tickwork.domain.tenants import Tenant
-from tickwork.store.base import DueJob
+from tickwork.store.base import DueJob, NodeAnnouncement
 
 DEFAULT_RETRY = RetryPolicy()
 
@@ -75,9 +76,11 @@ def schedule_params(schedule: Schedule) -> dict[str, Any]:
     return params
 
 
-def job_params(job: Job) -> dict[str, Any]:
+def job_params(job: Job, *, partitions: int) -> dict[str, Any]:
+    """The job's columns; its partition is computed from its id and P (`partitions`)."""
     return {
         "id": job.id,
+        "partition": partition_of(job.id, partitions),
         "tenant": job.tenant,
         "name": job.name,
         "state": job.state.value,
@@ -253,7 +256,45 @@ def due_from_row(row: Row) -> DueJob:
         fence_token=row["fence_token"],
         next_run_at=from_us(row["next_run_us"]),
         schedule=schedule_from_row(row),
+        partition=row["partition"],
     )
+
+
+def lease_from_row(row: Row) -> PartitionLease:
+    return PartitionLease(
+        partition=row["partition"],
+        owner=row["owner"],
+        epoch=row["epoch"],
+        expires_at=from_us(row["expires_us"]),
+        renewed_at=dt_or_none(row["renewed_us"]),
+    )
+
+
+def node_from_row(row: Row) -> Node:
+    return Node(
+        id=row["id"],
+        role=row["role"],
+        host=row["host"],
+        pid=row["pid"],
+        version=row["version"],
+        started_at=from_us(row["started_us"]),
+        heartbeat_at=from_us(row["heartbeat_us"]),
+        expires_at=from_us(row["expires_us"]),
+        info=json.loads(row["info"]),
+    )
+
+
+def node_params(node: NodeAnnouncement, ttl_ms: int) -> dict[str, Any]:
+    return {
+        "id": node.id,
+        "role": node.role,
+        "host": node.host,
+        "pid": node.pid,
+        "version": node.version,
+        "started_us": to_us(node.started_at),
+        "info": json.dumps(node.info, separators=(",", ":"), default=str),
+        "ttl_us": ttl_ms * 1000,
+    }
 
 
 def run_from_row(row: Row) -> Run:
@@ -274,6 +315,7 @@ def run_from_row(row: Row) -> Run:
         error=row["error"],
         dead_lettered_at=dt_or_none(row["dead_lettered_us"]),
         last_error=row["last_error"],
+        claim_epoch=row["claim_epoch"],
     )
 
 

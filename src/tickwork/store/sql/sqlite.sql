@@ -7,6 +7,31 @@
 -- Delete one job (its runs go first, in the same transaction: tw_runs has no foreign key).
 DELETE FROM tw_jobs WHERE id = :id
 
+-- fragment: db_now
+-- The database's clock, in epoch microseconds (SQLite's 'now' has millisecond resolution).
+CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)
+
+-- name: due_jobs
+-- The due-scan: scheduled jobs due by :until, from the scan floor :not_before (ADR 0008), of
+-- the partitions in :partitions (a JSON list; NULL: all of them). Served by the partial index
+-- tw_jobs_due (next_run_us), which holds only schedulable rows: one process holds every
+-- partition on SQLite, so the filter is only there to honour the contract.
+SELECT id, partition, fence_token, next_run_us, {schedule_columns} FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_before
+  AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
+ORDER BY next_run_us LIMIT :limit
+
+-- name: next_due
+-- The earliest next_run_us of any scheduled job (of :partitions) at or after the scan floor.
+SELECT min(next_run_us) AS next_us FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us >= :not_before
+  AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
+
+-- name: partition_lag
+-- Each partition's oldest due job that nobody has claimed yet.
+SELECT partition, min(next_run_us) AS next_run_us FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us <= :now GROUP BY partition ORDER BY partition
+
 -- name: delete_attempts_of_job
 -- Delete the attempts of every run of one job, before its runs.
 DELETE FROM tw_attempts WHERE run_id IN (SELECT id FROM tw_runs WHERE job_id = :id)
@@ -17,16 +42,29 @@ DELETE FROM tw_runs WHERE job_id = :id
 
 -- fragment: claim_job_cas
 -- The claim's compare-and-set on one job: it moves only if it is still scheduled at the fence
--- and next_run_us that the plan was made from; then the fence goes up by one and the job
--- advances (or completes).
+-- and next_run_us that the plan was made from, and if the claimer holds the job's partition
+-- at the plan's epoch (:epoch NULL: no partition check) or the job is overdue (before
+-- :overdue_before, a takeover); then the fence goes up by one and the job advances (or
+-- completes). Returns the partition's epoch, recorded on the run.
 UPDATE tw_jobs SET fence_token = fence_token + 1, next_run_us = :new_next_us, state = :new_state,
     last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now
 WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
-RETURNING fence_token
+  AND (:epoch IS NULL OR next_run_us < :overdue_before OR EXISTS (
+        SELECT 1 FROM tw_partition_leases l
+        WHERE l.partition = tw_jobs.partition AND l.owner = :owner AND l.epoch = :epoch
+          AND l.expires_us > {db_now}))
+RETURNING fence_token,
+    (SELECT epoch FROM tw_partition_leases l WHERE l.partition = tw_jobs.partition) AS lease_epoch
 
 -- name: claim_job
 -- Claim one job for a hand-off (workers in other processes): returns only the new fence.
 {claim_job_cas}
+
+-- name: claim_refused
+-- Whether a claim that changed nothing was refused for its partition epoch alone: the job is
+-- still as the plan saw it (counted as a stale-epoch refusal).
+SELECT 1 AS refused FROM tw_jobs
+WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
 
 -- name: claim_job_for_fire
 -- Claim one job for an in-process fire: the new fence and what the fire needs to run.
@@ -38,9 +76,9 @@ RETURNING fence_token
 -- The run of an in-process claim: leased to the claimer at attempt 1 (nothing if the
 -- occurrence already has a run: it never fires twice).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us)
+                     lease_owner, lease_until_us, created_us, claim_epoch)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
-        :owner, :lease_until, :now)
+        :owner, :lease_until, :now, :lease_epoch)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -48,18 +86,20 @@ RETURNING id
 -- The run of a hand-off claim: unowned at attempt 0, leasable from its own instant (the
 -- worker's lease makes it attempt 1).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us)
+                     lease_owner, lease_until_us, created_us, claim_epoch)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
-        NULL, :fired_us, :now)
+        NULL, :fired_us, :now, :lease_epoch)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
 -- name: lease_runs
 -- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
--- soonest first (fence + 1, attempt + 1).
+-- soonest first (fence + 1, attempt + 1); a hand-off never leased (attempt 0, origin
+-- 'schedule') must also be free by :hand_offs_by (postgres.sql says why).
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+               AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule')
              ORDER BY lease_until_us LIMIT :limit)
 RETURNING {fire_returning}
 
@@ -115,3 +155,45 @@ DELETE FROM tw_attempts WHERE id IN (
       AND NOT EXISTS (SELECT 1 FROM tw_runs r
                       WHERE r.id = a.run_id AND r.dead_lettered_us IS NOT NULL)
     ORDER BY a.finished_us LIMIT :limit)
+
+-- Partition leases and nodes (ADR 0015). On SQLite one process holds every partition; the
+-- statements are the same protocol as PostgreSQL's, so `tickwork up` runs it unchanged.
+
+-- fragment: lease_columns
+-- Every column of tw_partition_leases, and the database's clock when read.
+partition, owner, epoch, expires_us, renewed_us, {db_now} AS now_us
+
+-- name: list_partition_leases
+-- Every partition's lease, with the database's clock.
+SELECT {lease_columns} FROM tw_partition_leases ORDER BY partition
+
+-- name: renew_partition_lease
+-- Renew one lease `:owner` holds at `:epoch`; nothing if it changed hands meanwhile.
+UPDATE tw_partition_leases SET expires_us = {db_now} + :ttl_us, renewed_us = {db_now}
+WHERE partition = :partition AND owner = :owner AND epoch = :epoch
+RETURNING {lease_columns}
+
+-- name: acquire_partition_lease
+-- Take one partition nobody holds (released, or its lease expired): the epoch goes up by one.
+UPDATE tw_partition_leases
+SET owner = :owner, epoch = epoch + 1, expires_us = {db_now} + :ttl_us, renewed_us = {db_now}
+WHERE partition = :partition AND (owner IS NULL OR expires_us <= {db_now})
+RETURNING {lease_columns}
+
+-- name: release_partition_leases
+-- Release the given partitions (:partitions, a JSON list) if `:owner` holds them (the epoch
+-- stays: the next owner bumps it).
+UPDATE tw_partition_leases SET owner = NULL, expires_us = 0
+WHERE owner = :owner AND partition IN (SELECT value FROM json_each(:partitions))
+
+-- name: heartbeat_node
+-- Announce a node: insert it, or renew its heartbeat and figures.
+INSERT INTO tw_nodes (id, role, host, pid, version, started_us, heartbeat_us, expires_us, info)
+VALUES (:id, :role, :host, :pid, :version, :started_us, {db_now}, {db_now} + :ttl_us, :info)
+ON CONFLICT (id, role) DO UPDATE SET heartbeat_us = excluded.heartbeat_us,
+    expires_us = excluded.expires_us, info = excluded.info
+
+-- name: list_nodes
+-- The nodes whose heartbeat is live (all of them with :all), with the database's clock.
+SELECT {node_columns}, {db_now} AS now_us FROM tw_nodes
+WHERE :all OR expires_us > {db_now} ORDER BY id, role

@@ -16,20 +16,26 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tickwork.clock import to_us
+from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.partitions import DEFAULT_PARTITIONS, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob
 from tickwork.store.base import (
+    DEFAULT_TAKEOVER_GRACE_MS,
     Applied,
+    Claimed,
     ClaimPlan,
+    DueJob,
     HistoryMaintenance,
+    LeaseView,
+    NodeAnnouncement,
     Topic,
     Watchers,
     distinct_leases,
@@ -37,7 +43,7 @@ from tickwork.store.base import (
 )
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement, load_statements
-from tickwork.store.sql.reads import SqlReads
+from tickwork.store.sql.reads import SqlReads, floor_us
 from tickwork.store.sqlite.connection import Connection, immediate
 
 T = TypeVar("T")
@@ -53,6 +59,7 @@ class SqliteStore(SqlReads):
         self._reader = Connection(self.path, readonly=True)
         self._watchers = Watchers()
         self._sql = SQL
+        self._partitions = DEFAULT_PARTITIONS
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,6 +69,8 @@ class SqliteStore(SqlReads):
             await upgrade(f"sqlite:///{self.path}")
         await self._writer.open()
         await self._reader.open()
+        found = await self._query(SQL.get_meta, {"key": "partitions"})
+        self._partitions = int(found[0]["value"])
 
     async def close(self) -> None:
         await self._writer.close()
@@ -78,14 +87,18 @@ class SqliteStore(SqlReads):
 
     # -- jobs -------------------------------------------------------------------------------
     async def create_job(self, job: Job) -> Job:
-        await self._write(lambda conn: conn.execute(SQL.insert_job.text, rows.job_params(job)))
+        await self._write(
+            lambda conn: conn.execute(
+                SQL.insert_job.text, rows.job_params(job, partitions=self._partitions)
+            )
+        )
         self._watchers.notify("jobs")
         return job
 
     async def update_job(self, job: Job) -> Job:
         def update(conn: sqlite3.Connection) -> tuple[sqlite3.Row | None, bool]:
             updated: sqlite3.Row | None = conn.execute(
-                SQL.update_job.text, rows.job_params(job)
+                SQL.update_job.text, rows.job_params(job, partitions=self._partitions)
             ).fetchone()
             exists = updated is not None or _exists(conn, job.id)
             return updated, exists
@@ -117,22 +130,122 @@ class SqliteStore(SqlReads):
         owner: str,
         lease_until: datetime,
         now: datetime,
-    ) -> list[Fire]:
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Fire]:
         if not plans:
-            return []
-        common = {"owner": owner, "now": to_us(now), "lease_until": to_us(lease_until)}
+            return Claimed()
+        common = _claim_common(owner, now, takeover_grace_ms)
+        common["lease_until"] = to_us(lease_until)
         return await self._write(lambda conn: _claim(conn, plans, common, lease_until))
 
     async def claim_hand_off(
-        self, plans: Sequence[ClaimPlan], *, owner: str, now: datetime
-    ) -> list[Envelope]:
+        self,
+        plans: Sequence[ClaimPlan],
+        *,
+        owner: str,
+        now: datetime,
+        takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS,
+    ) -> Claimed[Envelope]:
         if not plans:
-            return []
-        common = {"owner": owner, "now": to_us(now)}
+            return Claimed()
+        common = _claim_common(owner, now, takeover_grace_ms)
         envelopes = await self._write(lambda conn: _claim_hand_off(conn, plans, common))
         if envelopes:
             self._watchers.notify("runs")
         return envelopes
+
+    async def due_jobs(
+        self,
+        until: datetime,
+        limit: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> list[DueJob]:
+        params = {
+            "until": to_us(until),
+            "limit": limit,
+            "not_before": floor_us(not_before),
+            "partitions": _id_list(partitions),
+        }
+        return [rows.due_from_row(r) for r in await self._query(SQL.due_jobs, params)]
+
+    async def next_due_at(
+        self, not_before: datetime | None = None, *, partitions: Collection[int] | None = None
+    ) -> datetime | None:
+        params = {"not_before": floor_us(not_before), "partitions": _id_list(partitions)}
+        found = await self._query(SQL.next_due, params)
+        return rows.dt_or_none(found[0]["next_us"])
+
+    # -- partitions and nodes (ADR 0015): the same protocol as PostgreSQL's --------------------
+    def partition_count(self) -> int:
+        return self._partitions
+
+    async def partition_leases(self) -> LeaseView:
+        return _lease_view(await self._query(SQL.list_partition_leases, {}))
+
+    async def update_partition_leases(
+        self,
+        owner: str,
+        *,
+        renew: Mapping[int, int],
+        release: Collection[int],
+        acquire: Collection[int],
+        ttl_ms: int,
+    ) -> LeaseView:
+        base = {"owner": owner, "ttl_us": ttl_ms * 1000}
+
+        def update(conn: sqlite3.Connection) -> tuple[list[sqlite3.Row], bool]:
+            for partition, epoch in renew.items():
+                conn.execute(
+                    SQL.renew_partition_lease.text, base | {"partition": partition, "epoch": epoch}
+                )
+            gone = {"partitions": json.dumps(sorted(release))}
+            changed = (
+                bool(release)
+                and conn.execute(SQL.release_partition_leases.text, base | gone).rowcount > 0
+            )
+            for partition in sorted(acquire):
+                taken = conn.execute(
+                    SQL.acquire_partition_lease.text, base | {"partition": partition}
+                ).fetchone()
+                changed = changed or taken is not None
+            return conn.execute(SQL.list_partition_leases.text).fetchall(), changed
+
+        found, changed = await self._write(update)
+        if changed:
+            self._watchers.notify("cluster")
+        return _lease_view(found)
+
+    async def heartbeat_node(self, node: NodeAnnouncement, *, ttl_ms: int) -> list[Node]:
+        params = rows.node_params(node, ttl_ms)
+
+        def beat(conn: sqlite3.Connection) -> tuple[list[sqlite3.Row], bool]:
+            known = conn.execute(SQL.list_nodes.text, {"all": True}).fetchall()
+            conn.execute(SQL.heartbeat_node.text, params)
+            live = conn.execute(SQL.list_nodes.text, {"all": False}).fetchall()
+            return live, all((r["id"], r["role"]) != (node.id, node.role) for r in known)
+
+        found, new = await self._write(beat)
+        if new:
+            self._watchers.notify("cluster")
+        return [rows.node_from_row(r) for r in found]
+
+    async def leave(self, node_id: str) -> None:
+        def leave(conn: sqlite3.Connection) -> None:
+            conn.execute(SQL.remove_node.text, {"id": node_id})
+            conn.execute(SQL.release_partitions_of.text, {"owner": node_id})
+
+        await self._write(leave)
+        self._watchers.notify("cluster")
+
+    async def forget_node(self, node_id: str, role: str) -> None:
+        params = {"id": node_id, "role": role}
+        await self._write(lambda conn: conn.execute(SQL.remove_node_role.text, params))
+
+    async def list_nodes(self, *, include_gone: bool = False) -> list[Node]:
+        found = await self._query(SQL.list_nodes, {"all": include_gone})
+        return [rows.node_from_row(r) for r in found]
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         key = occurrence_key(job_id, now, RunOrigin.MANUAL)
@@ -150,12 +263,19 @@ class SqliteStore(SqlReads):
         return rows.run_from_row(row)
 
     async def lease_runs(
-        self, *, now: datetime, owner: str, lease_until: datetime, limit: int
+        self,
+        *,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        limit: int,
+        hand_offs_by: datetime | None = None,
     ) -> list[Fire]:
         params = {
             "owner": owner,
             "lease_until": to_us(lease_until),
             "now": to_us(now),
+            "hand_offs_by": to_us(now if hand_offs_by is None else hand_offs_by),
             "limit": limit,
         }
         leased = await self._write(
@@ -285,8 +405,14 @@ def _exists(conn: sqlite3.Connection, job_id: str) -> bool:
     return conn.execute(SQL.get_job.text, {"id": job_id}).fetchone() is not None
 
 
-def _id_list(run_ids: Sequence[int] | None) -> str | None:
-    return None if run_ids is None else json.dumps([int(i) for i in run_ids])
+def _id_list(ids: Collection[int] | None) -> str | None:
+    """A list of ids as JSON text for json_each (SQLite has no arrays); None stays NULL."""
+    return None if ids is None else json.dumps([int(i) for i in ids])
+
+
+def _lease_view(found: Sequence[sqlite3.Row]) -> LeaseView:
+    now = from_us(found[0]["now_us"]) if found else datetime.now(UTC)
+    return LeaseView(now=now, leases=tuple(rows.lease_from_row(r) for r in found))
 
 
 def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> list[int]:
@@ -298,27 +424,44 @@ def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> list[int]
     return applied
 
 
+def _claim_common(owner: str, now: datetime, takeover_grace_ms: int) -> dict[str, Any]:
+    overdue_before = now - timedelta(milliseconds=takeover_grace_ms)
+    return {"owner": owner, "now": to_us(now), "overdue_before": to_us(overdue_before)}
+
+
+Claimed_ = tuple[ClaimPlan, datetime, str, sqlite3.Row, int]
+
+
 def _claimed_runs(
     conn: sqlite3.Connection,
     plans: Sequence[ClaimPlan],
     common: dict[str, Any],
     claim_job: str,
     insert_run: str,
-) -> Iterator[tuple[ClaimPlan, datetime, str, sqlite3.Row, int]]:
-    """Both claims' loop: per plan, the job's compare-and-set, then its run's insert. Yields
-    (plan, its occurrence, key, the claimed job's row, run id) for each run inserted."""
+) -> tuple[list[Claimed_], int]:
+    """Both claims' loop: per plan, the job's compare-and-set, then its run's insert. Returns
+    (plan, its occurrence, key, the claimed job's row, run id) for each run inserted, and how
+    many plans were refused for their partition epoch alone."""
+    done: list[Claimed_] = []
+    refused = 0
     for plan in plans:
         params = {**common, **_plan_params(plan)}
         claimed = conn.execute(claim_job, params).fetchone()
+        if claimed is None:
+            if plan.epoch is not None and conn.execute(SQL.claim_refused.text, params).fetchone():
+                refused += 1  # the job is as planned: only the partition check said no
+            continue
         scheduled_for = plan.scheduled_for
-        if claimed is None or scheduled_for is None:
+        if scheduled_for is None:
             continue
         key = occurrence_key(plan.job_id, scheduled_for)
         params.update(fence=claimed["fence_token"], key=key, coalesced=plan.coalesced)
+        params["lease_epoch"] = claimed["lease_epoch"]
         inserted = conn.execute(insert_run, params).fetchone()
         if inserted is None:
             continue  # this occurrence already has a run: never fire it twice
-        yield plan, scheduled_for, key, claimed, inserted["id"]
+        done.append((plan, scheduled_for, key, claimed, inserted["id"]))
+    return done, refused
 
 
 def _claim(
@@ -326,8 +469,11 @@ def _claim(
     plans: Sequence[ClaimPlan],
     common: dict[str, Any],
     lease_until: datetime,
-) -> list[Fire]:
-    return [
+) -> Claimed[Fire]:
+    done, refused = _claimed_runs(
+        conn, plans, common, SQL.claim_job_for_fire.text, SQL.insert_claimed_run.text
+    )
+    fires = (
         Fire(
             run_id=run_id,
             job_id=plan.job_id,
@@ -341,16 +487,18 @@ def _claim(
             tenant_secrets=rows.secrets_from_json(claimed["tenant_secrets"]),
             on_failure=rows.alert_from_json(claimed["on_failure"]),
         )
-        for plan, scheduled_for, key, claimed, run_id in _claimed_runs(
-            conn, plans, common, SQL.claim_job_for_fire.text, SQL.insert_claimed_run.text
-        )
-    ]
+        for plan, scheduled_for, key, claimed, run_id in done
+    )
+    return Claimed(fires, refused=refused)
 
 
 def _claim_hand_off(
     conn: sqlite3.Connection, plans: Sequence[ClaimPlan], common: dict[str, Any]
-) -> list[Envelope]:
-    return [
+) -> Claimed[Envelope]:
+    done, refused = _claimed_runs(
+        conn, plans, common, SQL.claim_job.text, SQL.insert_handed_off_run.text
+    )
+    envelopes = (
         Envelope(
             run_id=run_id,
             job_id=plan.job_id,
@@ -359,10 +507,9 @@ def _claim_hand_off(
             fence_token=claimed["fence_token"],
             attempt=0,  # a hand-off counts from its first lease
         )
-        for plan, scheduled_for, key, claimed, run_id in _claimed_runs(
-            conn, plans, common, SQL.claim_job.text, SQL.insert_handed_off_run.text
-        )
-    ]
+        for plan, scheduled_for, key, claimed, run_id in done
+    )
+    return Claimed(envelopes, refused=refused)
 
 
 def _plan_params(plan: ClaimPlan) -> dict[str, Any]:
@@ -376,4 +523,5 @@ def _plan_params(plan: ClaimPlan) -> dict[str, Any]:
         "new_next_us": to_us(plan.expected_next_run_at if completed else plan.new_next_run_at),  # type: ignore[arg-type]
         "new_state": (JobState.COMPLETED if completed else JobState.SCHEDULED).value,
         "fired_us": rows.us_or_none(plan.scheduled_for),
+        "epoch": plan.epoch,
     }
