@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tickwork.domain.partitions import DEFAULT_PARTITIONS, partition_of
+from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, partition_of
 from tickwork.domain.runs import RunStatus
 from tickwork.scheduler.service import NO_EPOCH
 from tickwork.store.base import NodeAnnouncement, ScheduleStore
@@ -189,7 +189,7 @@ async def test_every_partition_has_a_lease_row(store: ScheduleStore, count: int)
     assert [le.partition for le in view.leases][:count] == list(range(count))
 
 
-async def test_partition_lag_is_each_partitions_oldest_unclaimed_due_job(
+async def test_partition_heads_are_each_partitions_oldest_unclaimed_due_job(
     store: ScheduleStore,
 ) -> None:
     early, later = ids_in(3, 2)
@@ -197,9 +197,34 @@ async def test_partition_lag_is_each_partitions_oldest_unclaimed_due_job(
     await store.create_job(make_job(early, next_run_at=T0 - 2 * SEC))
     await store.create_job(make_job(later, next_run_at=T0 - SEC))
     await store.create_job(make_job(future, next_run_at=T0 + SEC))
-    assert await store.partition_lag(T0) == {3: T0 - 2 * SEC}
+    heads = await store.partition_heads(T0)
+    assert heads == {3: DueHead(job_id=f"{early:032x}", due_at=T0 - 2 * SEC)}
+    assert await store.partition_heads(T0, [40, 5]) == {}  # other partitions only
     job = await store.get_job(f"{early:032x}")
     await store.claim(
         [plan_for(job, new_next=T0 + 60 * SEC)], owner="s", lease_until=T0 + SEC, now=T0
     )
-    assert await store.partition_lag(T0) == {3: T0 - SEC}  # claimed: no longer behind
+    # Claimed: the head moves on to the next unclaimed job.
+    assert await store.partition_heads(T0) == {3: DueHead(job_id=f"{later:032x}", due_at=T0 - SEC)}
+    assert await store.partition_heads(T0 + SEC, [40]) == {
+        40: DueHead(job_id=f"{future:032x}", due_at=T0 + SEC)
+    }
+
+
+async def test_a_head_among_jobs_due_at_one_instant_stays_until_claimed(
+    store: ScheduleStore,
+) -> None:
+    """A burst: many jobs of one partition due at the same instant. Reading the heads again
+    without a claim gives the same head (a takeover reads "nobody is claiming here"); a claim
+    of the head gives another one (the owner is making progress)."""
+    for n in ids_in(7, 5):
+        await store.create_job(make_job(n, next_run_at=T0 - SEC))
+    first = (await store.partition_heads(T0))[7]
+    assert (await store.partition_heads(T0))[7] == first
+    job = await store.get_job(first.job_id)
+    await store.claim(
+        [plan_for(job, new_next=T0 + 60 * SEC)], owner="s", lease_until=T0 + SEC, now=T0
+    )
+    after = (await store.partition_heads(T0))[7]
+    assert after.job_id != first.job_id
+    assert after.due_at == T0 - SEC

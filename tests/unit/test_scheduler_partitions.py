@@ -31,19 +31,23 @@ def job_in(partition: int, start: int = 0) -> Job:
     )
 
 
-def service(store: MemoryStore, clock: ManualClock, name: str) -> SchedulerService:
+def service(
+    store: MemoryStore, clock: ManualClock, name: str, batch_size: int = 1000
+) -> SchedulerService:
     """A hand-off scheduler with a partition keeper of its own."""
     identity = NodeIdentity(host="h", pid=1, version="t", started_at=T0)
     keeper = PartitionKeeper(store, clock, KeeperConfig(node_id=name), identity)
-    config = SchedulerConfig(node_id=name, lookahead_ms=0, takeover_grace_ms=1_000)
+    config = SchedulerConfig(
+        node_id=name, lookahead_ms=0, takeover_grace_ms=1_000, batch_size=batch_size
+    )
     return SchedulerService(store, clock, config, dispatch=None, keeper=keeper)
 
 
 async def two_schedulers(
-    store: MemoryStore, clock: ManualClock
+    store: MemoryStore, clock: ManualClock, batch_size: int = 1000
 ) -> tuple[SchedulerService, SchedulerService]:
     """ "a" holding partitions 0 and 1, "b" holding 2 and 3, after their keepers' rounds."""
-    a, b = service(store, clock, "a"), service(store, clock, "b")
+    a, b = service(store, clock, "a", batch_size), service(store, clock, "b", batch_size)
     for s in (a, b, a, b):  # a takes all, b none; a gives up half; b takes it
         assert s.keeper is not None
         await s.keeper.run_once()
@@ -77,6 +81,39 @@ async def test_work_held_elsewhere_is_taken_over_only_once_overdue() -> None:
     taken = await rescuer.take_over()
     assert [e.job_id for e in taken.handed_off] == [orphan.id]
     assert taken.refused == 0
+
+
+async def test_a_live_owner_behind_in_a_burst_is_left_to_catch_up() -> None:
+    """a's partition 0 has a backlog far past the grace, but a claims from it all the while:
+    b must not race it for those rows (each would be a conflict)."""
+    clock = ManualClock(T0)
+    store = MemoryStore(clock=clock, partitions=P)
+    backlog = []
+    start = 0
+    for _ in range(12):
+        j = job_in(0, start)
+        start = int(j.id, 16) + 1
+        backlog.append(j)
+        await store.create_job(j)
+    owner, rescuer = await two_schedulers(store, clock, batch_size=1)
+    assert owner.keeper is not None
+    assert rescuer.keeper is not None
+    clock.advance(3 * SEC)
+    claimed_by_owner = 0
+    for _ in range(10):
+        for keeper in (owner.keeper, rescuer.keeper):
+            await keeper.run_once()  # both alive: leases renewed
+        assert (await rescuer.take_over()).claimed == 0
+        claimed_by_owner += (await owner.run_once()).claimed
+        clock.advance(SEC / 4)
+    assert claimed_by_owner == 10
+    # The owner stops (dies): after the grace with no head moving, b takes the rest.
+    clock.advance(SEC / 4)
+    assert (await rescuer.take_over()).claimed == 0
+    clock.advance(SEC)
+    taken = await rescuer.take_over()
+    assert taken.claimed == 1  # batch_size 1
+    assert (await rescuer.take_over()).claimed == 1  # stays stalled under b's own claims
 
 
 async def test_claims_under_an_epoch_lost_meanwhile_are_refused() -> None:

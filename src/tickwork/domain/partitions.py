@@ -41,6 +41,16 @@ def check_partitions(partitions: int) -> int:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DueHead:
+    """A partition's oldest due job that nobody has claimed yet. Its age is the partition's
+    lag; and since a claim moves a job on (to its next occurrence, or out of the due index), a
+    head that stays the same tells that nobody is claiming in that partition."""
+
+    job_id: str
+    due_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PartitionLease:
     """One partition's lease as the store holds it. `epoch` goes up by one at every change of
     owner, so a claim made under an older epoch is a claim by a former owner."""

@@ -29,12 +29,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from tickwork import metrics
 from tickwork.clock import Clock
-from tickwork.domain.partitions import Node, NodeIdentity
+from tickwork.domain.partitions import Node, NodeIdentity, PartitionLease
 from tickwork.errors import InvalidInput
 from tickwork.scheduler.assignment import moves, plan_assignment
 from tickwork.store.base import ClaimStore, LeaseView, NodeAnnouncement, StoreLifecycle
@@ -105,7 +105,12 @@ class PartitionKeeper:
         self._conflict_since: float | None = None  # exclusive mode: another scheduler seen since
         self._frozen: dict[int, int] | None = None  # the view a frozen_view keeper keeps
         self._lag_labels: set[int] = set()  # partitions with a lag gauge of this process
+        self._leases: dict[int, PartitionLease] = {}  # every partition's, as of the last round
         self.changed = asyncio.Event()  # set when the partitions held change (a new scan floor)
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return self._config.lease_ttl_ms / 1000
 
     def held_now(self) -> Mapping[int, int]:
         """The partitions this scheduler may claim now, with their epochs (empty once the
@@ -120,6 +125,14 @@ class PartitionKeeper:
         """The partitions this scheduler does not hold now (where it looks for overdue work)."""
         held = self.held_now()
         return [p for p in range(self._store.partition_count()) if p not in held]
+
+    def foreign_leases(self) -> dict[int, PartitionLease | None]:
+        """The partitions this scheduler does not hold now, each with its lease as of the last
+        round (None: not known, or still marked as this scheduler's own, which it no longer
+        holds): where a takeover looks, and whose owner it watches."""
+        me = self._config.node_id
+        found = {p: self._leases.get(p) for p in self.not_held()}
+        return {p: None if le is None or le.owner == me else le for p, le in found.items()}
 
     async def run_once(self) -> KeeperRound:
         """One round: announce, read, compute the share, renew / release / acquire."""
@@ -144,6 +157,7 @@ class PartitionKeeper:
             acquire=acquire,
             ttl_ms=self._config.lease_ttl_ms,
         )
+        self._remember(view, after, release)
         done = self._settle(after, started, release, members)
         await self._report_lag(done.held)
         return done
@@ -152,14 +166,23 @@ class PartitionKeeper:
         """`tickwork_partition_lag_seconds` for the partitions this scheduler holds (a label
         per partition; the labels of partitions given up are removed)."""
         now = self._clock.now()
-        oldest = await self._store.partition_lag(now)
+        heads = await self._store.partition_heads(now, held) if held else {}
         for partition in self._lag_labels - set(held):
             metrics.PARTITION_LAG.remove(str(partition))
         for partition in held:
-            due = oldest.get(partition)
-            lag = 0.0 if due is None else max((now - due).total_seconds(), 0.0)
+            head = heads.get(partition)
+            lag = 0.0 if head is None else max((now - head.due_at).total_seconds(), 0.0)
             metrics.PARTITION_LAG.labels(partition=str(partition)).set(lag)
         self._lag_labels = set(held)
+
+    def _remember(self, view: LeaseView, after: LeaseView, released: frozenset[int]) -> None:
+        """Every lease as the round left it: the view it read, with its own changes."""
+        leases = {le.partition: le for le in view.leases}
+        for partition in released:
+            if partition in leases:
+                leases[partition] = replace(leases[partition], owner=None)
+        leases.update((le.partition, le) for le in after.leases)
+        self._leases = leases
 
     def _announce(self) -> NodeAnnouncement:
         me = self._identity

@@ -12,7 +12,8 @@ store, and a publish that fails or never happens is repaired by the workers' bac
 With a `PartitionKeeper` (scheduler/partitions.py) the scheduler scans and claims only the
 partitions it holds, each plan carrying the partition's epoch for the store to check; and every
 quarter of the takeover grace it also claims the overdue work of the partitions it does not
-hold (a dead or stalled owner's, ADR 0015), so that work waits the grace, not a lease TTL.
+hold whose owner is dead or stalled (ADR 0015, 0017), so that work waits about the grace, not a
+lease TTL, while a live owner that is merely behind (a burst) is left to catch up alone.
 Without a keeper it claims everything, unchecked (tools and tests).
 """
 
@@ -31,6 +32,7 @@ from tickwork.clock import Clock
 from tickwork.domain.runs import Envelope, Fire
 from tickwork.scheduler.partitions import PartitionKeeper
 from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
+from tickwork.scheduler.stall import StallWatch
 from tickwork.store.base import DEFAULT_TAKEOVER_GRACE_MS, ClaimPlan, DueJob, ScheduleStore
 from tickwork.waiting import first_of
 
@@ -101,6 +103,10 @@ class SchedulerService:
         self._dispatch = dispatch
         self._keeper = keeper
         self._next_takeover_scan = 0.0  # by clock.monotonic_s()
+        self._stalls = StallWatch(
+            grace_s=config.takeover_grace_ms / 1000,
+            verdict_ttl_s=keeper.lease_ttl_s if keeper is not None else 0.0,
+        )
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic s, fires) of each claim
 
     @property
@@ -200,16 +206,26 @@ class SchedulerService:
 
     async def take_over(self, now: datetime | None = None) -> TickResult:
         """Claim the overdue work (due before `now` - takeover grace) of the partitions this
-        scheduler does not hold: what a dead or stalled owner left. The store admits such a
-        plan only while the job is that late, through the same compare-and-set as any claim."""
+        scheduler does not hold and whose owner is gone or stalled (`StallWatch`): what a dead
+        or paused owner left. The store admits such a plan only while the job is that late,
+        through the same compare-and-set as any claim."""
         now = self._clock.now() if now is None else now
         if self._keeper is None:
             return TickResult(due=0)
-        others = self._keeper.not_held()
-        if not others:
+        leases = self._keeper.foreign_leases()
+        if not leases:
             return TickResult(due=0)
+        heads = await self._store.partition_heads(now, leases)
+        stalled_before = self._stalls.stalled_owners()
+        eligible = self._stalls.eligible(
+            at_s=self._clock.monotonic_s(), now=now, leases=leases, heads=heads
+        )
+        self._log_stalls(stalled_before)
         cutoff = now - timedelta(milliseconds=self._config.takeover_grace_ms)
-        due = await self._store.due_jobs(cutoff, self._config.batch_size, partitions=others)
+        late = [p for p in sorted(eligible) if p in heads and heads[p].due_at <= cutoff]
+        if not late:
+            return TickResult(due=0)
+        due = await self._store.due_jobs(cutoff, self._config.batch_size, partitions=late)
         if not due:
             return TickResult(due=0)
         plans = [plan_claim(job, now, epoch=NO_EPOCH) for job in due]
@@ -225,6 +241,15 @@ class SchedulerService:
             )
         _record(due, plans, replace(result, conflicts=len(due) - result.claimed))
         return result
+
+    def _log_stalls(self, before: frozenset[str]) -> None:
+        judged = self._stalls.stalled_owners() - before
+        if judged:
+            log.warning(
+                "scheduler %s claims nothing in its partitions; taking over their overdue work",
+                ", ".join(sorted(judged)),
+                extra={"action": "owner_stalled", "owners": sorted(judged)},
+            )
 
     async def _publish_safely(self, envelopes: Sequence[Envelope]) -> None:
         assert self._publish is not None

@@ -203,7 +203,7 @@ class ClusterService:
             nodes=nodes,
             leases=leases.leases,
             leases_read_at=leases.now,
-            lags=await self._store.partition_lag(now),
+            lags={p: h.due_at for p, h in (await self._store.partition_heads(now)).items()},
             table_depth=await self._store.leasable_runs(now),
             oldest_leasable=await self._store.oldest_leasable_at(now),
         )

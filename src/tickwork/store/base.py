@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol, TypeVar
 
 from tickwork.domain.jobs import Job, JobState, Schedule
-from tickwork.domain.partitions import Node, PartitionLease
+from tickwork.domain.partitions import DueHead, Node, PartitionLease
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome
 from tickwork.domain.tenants import Tenant
 
@@ -362,9 +362,12 @@ class ClaimStore(Protocol):
         """The nodes whose heartbeat is live (with `include_gone`, the others too)."""
         ...
 
-    async def partition_lag(self, now: datetime) -> dict[int, datetime]:
-        """Each partition's oldest job due by `now` that nobody has claimed yet (partitions with
-        nothing due are left out): how far behind its owner is."""
+    async def partition_heads(
+        self, now: datetime, partitions: Collection[int] | None = None
+    ) -> dict[int, DueHead]:
+        """Each partition's (of `partitions`; default: all) oldest job due by `now` that nobody
+        has claimed yet, partitions with nothing due left out: how far behind its owner is, and,
+        watched over time, whether anyone is claiming there at all (a takeover's cue)."""
         ...
 
 

@@ -14,7 +14,13 @@ from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import Clock, SystemClock
 from tickwork.domain.jobs import Job, JobState
-from tickwork.domain.partitions import DEFAULT_PARTITIONS, Node, PartitionLease, partition_of
+from tickwork.domain.partitions import (
+    DEFAULT_PARTITIONS,
+    DueHead,
+    Node,
+    PartitionLease,
+    partition_of,
+)
 from tickwork.domain.runs import (
     AttemptRecord,
     Envelope,
@@ -417,14 +423,22 @@ class MemoryStore:
         # Only pending runs have a lease entry (leasable_runs counts the same ones).
         return min((until for _, until in self._leases.values() if until <= now), default=None)
 
-    async def partition_lag(self, now: datetime) -> dict[int, datetime]:
-        oldest: dict[int, datetime] = {}
+    async def partition_heads(
+        self, now: datetime, partitions: Collection[int] | None = None
+    ) -> dict[int, DueHead]:
+        wanted = None if partitions is None else set(partitions)
+        heads: dict[int, DueHead] = {}
         for job in self._jobs.values():
             due = job.next_run_at
-            if _schedulable(job) and due is not None and due <= now:
-                p = self._partition(job.id)
-                oldest[p] = min(oldest.get(p, due), due)
-        return dict(sorted(oldest.items()))
+            p = self._partition(job.id)
+            if not _schedulable(job) or due is None or due > now:
+                continue
+            if wanted is not None and p not in wanted:
+                continue
+            head = heads.get(p)
+            if head is None or (due, job.id) < (head.due_at, head.job_id):
+                heads[p] = DueHead(job_id=job.id, due_at=due)
+        return dict(sorted(heads.items()))
 
     async def leasable_runs(self, now: datetime) -> int:
         return sum(1 for _, until in self._leases.values() if until <= now)

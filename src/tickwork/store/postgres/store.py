@@ -29,7 +29,7 @@ import asyncpg
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import Job, JobState
-from tickwork.domain.partitions import DEFAULT_PARTITIONS, Node
+from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob, StoreError
@@ -280,6 +280,12 @@ class PostgresStore(SqlReads):
         if not found:
             raise NotFound("job", job_id)
         return rows.run_from_row(found[0])
+
+    async def partition_heads(
+        self, now: datetime, partitions: Collection[int] | None = None
+    ) -> dict[int, DueHead]:
+        values = {"now": to_us(now), "partitions": list(self._parts(partitions))}
+        return rows.heads_from_rows(await self._query(self._sql.partition_heads, values))
 
     # -- partitions and nodes (ADR 0015) ----------------------------------------------------
     def partition_count(self) -> int:

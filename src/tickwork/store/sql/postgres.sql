@@ -36,15 +36,18 @@ ORDER BY next_run_us LIMIT 1
 -- The earliest next_run_us of the partitions held ({branches}), at or after the scan floor.
 SELECT min(next_run_us) AS next_us FROM ({branches}) due
 
--- name: partition_lag
--- Each partition's oldest due job that nobody has claimed yet (a claimed job has moved on to
--- its next occurrence): one probe of the due index per partition.
-SELECT l.partition, d.next_run_us FROM tw_partition_leases l CROSS JOIN LATERAL (
-    SELECT next_run_us FROM tw_jobs
-    WHERE partition = l.partition AND state = 'scheduled' AND next_run_us <= :now
+-- name: partition_heads
+-- The oldest due job that nobody has claimed yet (a claimed job has moved on to its next
+-- occurrence) of each partition in :partitions: one probe of the due index per partition. Among
+-- jobs due at the same instant the index's order decides, which stays the same while nobody
+-- claims (so an unchanged head means nobody is claiming there).
+SELECT p.partition, d.id, d.next_run_us FROM unnest(:partitions::int[]) AS p(partition)
+CROSS JOIN LATERAL (
+    SELECT id, next_run_us FROM tw_jobs
+    WHERE partition = p.partition AND state = 'scheduled' AND next_run_us <= :now
     ORDER BY next_run_us LIMIT 1
 ) d
-ORDER BY l.partition
+ORDER BY p.partition
 
 -- name: delete_job_and_runs
 -- Delete a job, its runs and their attempts in one statement (no foreign keys: a trigger cost

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tickwork.clock import from_us, to_us
+from tickwork.clock import to_us
 from tickwork.domain.jobs import Job
 from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.errors import NotFound
@@ -66,10 +66,6 @@ class SqlReads:
     async def oldest_leasable_at(self, now: datetime) -> datetime | None:
         found = await self._query(self._sql.oldest_leasable, {"now": to_us(now)})
         return rows.dt_or_none(found[0]["since_us"])
-
-    async def partition_lag(self, now: datetime) -> dict[int, datetime]:
-        found = await self._query(self._sql.partition_lag, {"now": to_us(now)})
-        return {r["partition"]: from_us(r["next_run_us"]) for r in found}
 
     async def leasable_runs(self, now: datetime) -> int:
         found = await self._query(self._sql.leasable_runs, {"now": to_us(now)})

@@ -20,7 +20,7 @@ from tickwork.domain.jobs import (
     TaskTarget,
     WebhookTarget,
 )
-from tickwork.domain.partitions import Node, PartitionLease, partition_of
+from tickwork.domain.partitions import DueHead, Node, PartitionLease, partition_of
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import (
     AttemptRecord,
@@ -258,6 +258,13 @@ def due_from_row(row: Row) -> DueJob:
         schedule=schedule_from_row(row),
         partition=row["partition"],
     )
+
+
+def heads_from_rows(found: Any) -> dict[int, DueHead]:
+    """partition_heads' rows (partition, id, next_run_us) by partition."""
+    return {
+        r["partition"]: DueHead(job_id=r["id"], due_at=from_us(r["next_run_us"])) for r in found
+    }
 
 
 def lease_from_row(row: Row) -> PartitionLease:

@@ -27,10 +27,14 @@ SELECT min(next_run_us) AS next_us FROM tw_jobs
 WHERE state = 'scheduled' AND next_run_us >= :not_before
   AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
 
--- name: partition_lag
--- Each partition's oldest due job that nobody has claimed yet.
-SELECT partition, min(next_run_us) AS next_run_us FROM tw_jobs
-WHERE state = 'scheduled' AND next_run_us <= :now GROUP BY partition ORDER BY partition
+-- name: partition_heads
+-- Each partition's (of :partitions, a JSON list; NULL: all) oldest due job that nobody has
+-- claimed yet. SQLite fills a bare column of a min() aggregate from the row holding the min,
+-- so `id` is that job's.
+SELECT partition, id, min(next_run_us) AS next_run_us FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us <= :now
+  AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
+GROUP BY partition ORDER BY partition
 
 -- name: delete_attempts_of_job
 -- Delete the attempts of every run of one job, before its runs.

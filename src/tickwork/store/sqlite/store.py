@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import Job, JobState
-from tickwork.domain.partitions import DEFAULT_PARTITIONS, Node
+from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleJob
@@ -176,6 +176,12 @@ class SqliteStore(SqlReads):
         params = {"not_before": floor_us(not_before), "partitions": _id_list(partitions)}
         found = await self._query(SQL.next_due, params)
         return rows.dt_or_none(found[0]["next_us"])
+
+    async def partition_heads(
+        self, now: datetime, partitions: Collection[int] | None = None
+    ) -> dict[int, DueHead]:
+        params = {"now": to_us(now), "partitions": _id_list(partitions)}
+        return rows.heads_from_rows(await self._query(SQL.partition_heads, params))
 
     # -- partitions and nodes (ADR 0015): the same protocol as PostgreSQL's --------------------
     def partition_count(self) -> int:
