@@ -8,6 +8,9 @@ TickworkError
  |    +-- NotDeadLettered  the run is not a dead letter (tickwork.services.dead_letters)
  +-- Conflict              the request clashes with the object's state (HTTP 409)
  |    +-- StaleJob         the job was claimed since it was read: re-read and retry
+ +-- Unauthenticated       no API key, or one that is unknown, revoked or expired (HTTP 401)
+ +-- Forbidden             the key's role does not allow this (HTTP 403); a resource of
+ |                         another tenant is NotFound instead, as if it did not exist
  +-- StoreError            the schedule store failed: it refused a statement, the schema is
  |    |                    missing or newer, a migration failed (HTTP 503, CLI exit 1)
  |    +-- StoreUnavailable the store cannot be reached right now: connection refused, dropped
@@ -56,6 +59,18 @@ class Conflict(TickworkError):
 
 class StaleJob(Conflict):
     """An update's expected fence token is no longer the job's: a claim came in between."""
+
+
+class Unauthenticated(TickworkError):
+    """The request carries no usable API key; the message says what was wrong with it."""
+
+    code = "unauthenticated"
+
+
+class Forbidden(TickworkError):
+    """The key is valid, but its role does not allow this request."""
+
+    code = "forbidden"
 
 
 class StoreError(TickworkError):

@@ -42,6 +42,15 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
     api_url: str = Field("http://127.0.0.1:8787", description="where CLI commands find the API")
+    api_key: str | None = Field(
+        None, repr=False, description="the key CLI commands send; default: DATA_DIR/admin.key"
+    )
+    data_dir: str | None = Field(
+        None, description="admin.key and other local state; default: the SQLite file's folder"
+    )
+    open_ops: bool = Field(
+        False, description="serve /metrics, /docs, /openapi.json without a key to any address"
+    )
     node_id: str | None = Field(None, description="scheduler/executor identity; default host:pid")
     # scheduler
     claim_batch: int = Field(1000, ge=1, le=10_000)
@@ -131,6 +140,15 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+
+def data_dir(settings: Settings) -> Path:
+    """Where local state lives (admin.key): TICKWORK_DATA_DIR, else the SQLite database's
+    folder, else ./.tickwork."""
+    if settings.data_dir:
+        return Path(settings.data_dir)
+    path = sqlite_path(settings.database_url)
+    return path.parent if path is not None else Path(".tickwork")
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -11,6 +11,8 @@ never touches the machine's own servers, so a test may crash, pause or fill it a
     ServiceUnavailable  raised when a server cannot be provided here (binaries or accounts
                         missing, or it did not start): skip the test, or fail it in CI
     free_port()         a TCP port nobody listens on right now
+    mint_key(store)     create an API key in an open store and get it whole (an admin key by
+                        default), to call an API the test started
     pg_bindir()         where the PostgreSQL server binaries are (what ThrowawayPostgres uses)
 
 Use a server as a context manager: it starts on entry, and on exit (or if starting fails) it
@@ -29,7 +31,8 @@ an outage: `ThrowawayPostgres.stop("immediate")` is a crash (WAL replay on the n
 SIGSTOP / SIGCONT (connections stay open and nothing answers).
 
 As root, initdb and pg_ctl (which refuse to run as root) run as the `postgres` account through
-`runuser`; that account must exist. No extra dependency: the standard library only.
+`runuser`; that account must exist. No extra dependency: the standard library only (and
+tickwork itself for `mint_key`).
 """
 
 from __future__ import annotations
@@ -48,7 +51,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
+
+from tickwork.clock import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from tickwork.store.base import ScheduleStore
 
 __all__ = [
     "ServiceUnavailable",
@@ -57,6 +65,7 @@ __all__ = [
     "ThrowawayPostgres",
     "ThrowawayRedis",
     "free_port",
+    "mint_key",
     "pg_bindir",
 ]
 
@@ -66,6 +75,24 @@ StopMode = Literal["smart", "fast", "immediate"]
 
 class ServiceUnavailable(RuntimeError):
     """A service a test wants cannot be provided here (binaries or accounts are missing)."""
+
+
+async def mint_key(
+    store: ScheduleStore,
+    *,
+    role: str = "admin",
+    tenant: str | None = None,
+    clock: Clock | None = None,
+    name: str = "test",
+) -> str:
+    """Create an API key in an open store and return it whole (what `tickwork keys create`
+    does), for tests and tools that talk to an API they started themselves."""
+    from tickwork.domain.keys import Role
+    from tickwork.services.keys import KeyService
+
+    keys = KeyService(store, clock or SystemClock())
+    created = await keys.create(name=name, role=Role(role), tenant=tenant)
+    return created.plaintext
 
 
 def free_port(host: str = "127.0.0.1") -> int:

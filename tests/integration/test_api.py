@@ -20,6 +20,7 @@ from tickwork.errors import StoreError
 from tickwork.settings import Settings
 from tickwork.store.base import JobQuery
 from tickwork.store.memory import MemoryStore
+from tickwork.testing import mint_key
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 MAX_BODY = 4096
@@ -27,18 +28,31 @@ MAX_BODY = 4096
 
 @dataclass
 class Api:
-    client: httpx.AsyncClient
+    client: httpx.AsyncClient  # sends an admin key
     clock: ManualClock
     store: MemoryStore
+    transport: httpx.ASGITransport
+
+    def client_with(self, key: str | None) -> httpx.AsyncClient:
+        """Another client of the same app, sending `key` (None: no Authorization header)."""
+        headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+        return httpx.AsyncClient(
+            transport=self.transport, base_url="http://tickwork.test", headers=headers
+        )
 
 
 async def serve(store: MemoryStore) -> AsyncIterator[Api]:
     await store.open()
     clock = ManualClock(NOW)
+    key = await mint_key(store, clock=clock)
     app = create_app(store=store, clock=clock, settings=Settings(max_body_bytes=MAX_BODY))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://tickwork.test") as client:
-        yield Api(client=client, clock=clock, store=store)
+    async with httpx.AsyncClient(
+        transport=transport,
+        base_url="http://tickwork.test",
+        headers={"Authorization": f"Bearer {key}"},
+    ) as client:
+        yield Api(client=client, clock=clock, store=store, transport=transport)
     await store.close()
 
 

@@ -7,9 +7,11 @@ or a test) owns the store's life and may add its own lifespan and routes to the 
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from tickwork import __doc__ as _package_doc
+from tickwork.api.access import router as access_routes
+from tickwork.api.auth import OpsGuard, admin, caller
 from tickwork.api.cluster import router as cluster_routes
 from tickwork.api.errors import install_error_handlers
 from tickwork.api.middleware import EdgeMiddleware
@@ -18,6 +20,7 @@ from tickwork.clock import Clock
 from tickwork.services.cluster import ClusterService
 from tickwork.services.dead_letters import DeadLetterService
 from tickwork.services.jobs import JobService
+from tickwork.services.keys import KeyService
 from tickwork.services.tenants import TenantService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
@@ -50,10 +53,13 @@ def create_app(
         clock=clock,
     )
     app.state.cluster = ClusterService(store, clock)
+    app.state.keys = keys = KeyService(store, clock)
     install_error_handlers(app)
     if not ops_only:
         app.include_router(v1)
-        app.include_router(cluster_routes, prefix="/v1")
+        app.include_router(access_routes, prefix="/v1", dependencies=[Depends(caller)])
+        app.include_router(cluster_routes, prefix="/v1", dependencies=[Depends(admin)])
     app.include_router(ops)
+    app.add_middleware(OpsGuard, keys=keys, open_ops=settings.open_ops)
     app.add_middleware(EdgeMiddleware, max_body_bytes=settings.max_body_bytes)
     return app

@@ -3,6 +3,8 @@
 Which exception becomes which response (tickwork's own errors: `ERROR_MAP`, first match wins):
 
     exception                          status  code
+    Unauthenticated                    401     "unauthenticated", with WWW-Authenticate
+    Forbidden                          403     "forbidden"
     InvalidInput                       422     its own (default "invalid"), with its field
     NotFound / unknown route           404     "not_found"
       ... NotDeadLettered              404     "not_dead_lettered"
@@ -36,7 +38,15 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from tickwork.api.schemas import AlertIn, JobCreate, RetryIn, ScheduleIn, TargetIn
-from tickwork.errors import Conflict, InvalidInput, NotFound, StoreError, TickworkError
+from tickwork.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    StoreError,
+    TickworkError,
+    Unauthenticated,
+)
 from tickwork.queue.errors import QueueError
 
 # A store or queue that failed is usually back within seconds (a restart, a failover).
@@ -104,11 +114,17 @@ class Mapped:
     code: str | None = None  # None: the exception's own `code`
     prefix: str = ""  # put before the exception's message
     retry_after_s: int | None = None  # sent as Retry-After: the condition is temporary
+    headers: Mapping[str, str] | None = None  # sent with the answer
 
 
 # Read top down, first match wins (subclasses before their bases). InvalidInput has its own
 # handler, for its field.
 ERROR_MAP: tuple[tuple[type[TickworkError], Mapped], ...] = (
+    (
+        Unauthenticated,
+        Mapped(status=401, headers={"WWW-Authenticate": 'Bearer realm="tickwork"'}),
+    ),
+    (Forbidden, Mapped(status=403)),
     (NotFound, Mapped(status=404)),
     (Conflict, Mapped(status=409)),
     (
@@ -136,9 +152,11 @@ async def _tickwork_error(request: Request, exc: TickworkError) -> JSONResponse:
     mapped = mapping_for(exc)
     if mapped is None:
         raise exc  # to the middleware's logged 500: an unmapped error is a bug, not a 400
-    headers = None if mapped.retry_after_s is None else {"Retry-After": str(mapped.retry_after_s)}
+    headers = dict(mapped.headers or {})
+    if mapped.retry_after_s is not None:
+        headers["Retry-After"] = str(mapped.retry_after_s)
     code = mapped.code or exc.code
-    return error_response(mapped.status, code, f"{mapped.prefix}{exc}", headers=headers)
+    return error_response(mapped.status, code, f"{mapped.prefix}{exc}", headers=headers or None)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:

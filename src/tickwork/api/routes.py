@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import tickwork.metrics  # noqa: F401 - registers the process's collectors before /metrics reads them
+from tickwork.api.auth import Caller, Writer, caller, job_for, tenant_scope, visible_tenant
 from tickwork.api.errors import error_response
 from tickwork.api.schemas import (
     MAX_RUN_ID,
@@ -33,9 +34,11 @@ from tickwork.api.schemas import (
 )
 from tickwork.clock import Clock, utc_iso
 from tickwork.domain.jobs import JobState
+from tickwork.domain.keys import Principal
 from tickwork.domain.runs import Run
-from tickwork.services.dead_letters import DeadLetterService
-from tickwork.services.jobs import JobService
+from tickwork.errors import NotFound
+from tickwork.services.dead_letters import DeadLetterService, NotDeadLettered
+from tickwork.services.jobs import JobService, unknown_tenant
 from tickwork.services.tenants import TenantService
 from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.timing.preview import preview_cron
@@ -72,21 +75,30 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
     for status, description in {
         400: "Malformed JSON",
-        404: "No such job or run",
+        401: "No usable API key (missing, unknown, revoked or expired)",
+        403: "The key's role does not allow this",
+        404: "No such job or run (or one of another tenant)",
         409: "Conflicts with the job's state",
         413: "Body over the size limit",
         422: "Invalid input; `field` names it",
     }.items()
 }
 
-v1 = APIRouter(prefix="/v1", responses=_ERRORS)
+# Every /v1 route needs a key: the router itself depends on it (api/auth.py).
+v1 = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[Depends(caller)])
 ops = APIRouter()
 
 
 @v1.post("/jobs", status_code=201, tags=["jobs"])
-async def create_job(ctx: Ctx, body: JobCreate, response: Response) -> JobOut:
-    """Create a job; it is armed at once (`next_run_at` is its first occurrence from now)."""
-    job = await ctx.jobs.create(body.to_domain())
+async def create_job(ctx: Ctx, who: Writer, body: JobCreate, response: Response) -> JobOut:
+    """Create a job; it is armed at once (`next_run_at` is its first occurrence from now).
+    A tenant key's job belongs to its tenant (`tenant` may be left out)."""
+    spec = body.to_domain()
+    if not who.is_admin and "tenant" not in body.model_fields_set:
+        spec = replace(spec, tenant=str(who.tenant))
+    if not who.sees(spec.tenant):
+        raise unknown_tenant(spec.tenant)
+    job = await ctx.jobs.create(spec)
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return JobOut.of(job)
 
@@ -94,15 +106,23 @@ async def create_job(ctx: Ctx, body: JobCreate, response: Response) -> JobOut:
 @v1.get("/jobs", tags=["jobs"])
 async def list_jobs(
     ctx: Ctx,
+    who: Caller,
     state: JobState | None = None,
     name_prefix: Annotated[str | None, Query(max_length=200)] = None,
     tenant: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[str | None, Query(max_length=64, description="next_after of a page")] = None,
 ) -> JobList:
-    """Jobs in creation order, one page at a time (keyset pagination on the id)."""
+    """Jobs in creation order, one page at a time (keyset pagination on the id); a tenant
+    key's list holds its tenant's jobs only."""
+    if tenant is not None and not who.sees(tenant):
+        return JobList(jobs=[], next_after=None)
     query = JobQuery(
-        state=state, name_prefix=name_prefix, tenant=tenant, after_id=after, limit=limit + 1
+        state=state,
+        name_prefix=name_prefix,
+        tenant=tenant_scope(who, tenant),
+        after_id=after,
+        limit=limit + 1,
     )
     jobs = await ctx.jobs.list(query)
     next_after = jobs[limit - 1].id if len(jobs) > limit else None
@@ -110,110 +130,156 @@ async def list_jobs(
 
 
 @v1.get("/jobs/{job_id}", tags=["jobs"])
-async def get_job(ctx: Ctx, job_id: str) -> JobOut:
-    return JobOut.of(await ctx.jobs.get(job_id))
+async def get_job(ctx: Ctx, who: Caller, job_id: str) -> JobOut:
+    return JobOut.of(job_for(who, await ctx.jobs.get(job_id)))
 
 
 @v1.patch("/jobs/{job_id}", tags=["jobs"])
-async def update_job(ctx: Ctx, job_id: str, body: JobUpdate) -> JobOut:
+async def update_job(ctx: Ctx, who: Writer, job_id: str, body: JobUpdate) -> JobOut:
     """Change only the fields given. A new schedule recomputes `next_run_at` from now."""
-    return JobOut.of(await ctx.jobs.update(job_id, body.to_domain()))
+    job_for(who, await ctx.jobs.get(job_id))
+    patch = body.to_domain()
+    if patch.tenant is not None and not who.sees(patch.tenant):
+        raise unknown_tenant(patch.tenant)
+    return JobOut.of(await ctx.jobs.update(job_id, patch))
 
 
 @v1.delete("/jobs/{job_id}", status_code=204, tags=["jobs"])
-async def delete_job(ctx: Ctx, job_id: str) -> Response:
+async def delete_job(ctx: Ctx, who: Writer, job_id: str) -> Response:
     """Delete the job and its run history."""
+    job_for(who, await ctx.jobs.get(job_id))
     await ctx.jobs.delete(job_id)
     return Response(status_code=204)
 
 
 @v1.post("/jobs/{job_id}/pause", tags=["jobs"])
-async def pause_job(ctx: Ctx, job_id: str) -> JobOut:
+async def pause_job(ctx: Ctx, who: Writer, job_id: str) -> JobOut:
+    job_for(who, await ctx.jobs.get(job_id))
     return JobOut.of(await ctx.jobs.pause(job_id))
 
 
 @v1.post("/jobs/{job_id}/resume", tags=["jobs"])
-async def resume_job(ctx: Ctx, job_id: str) -> JobOut:
+async def resume_job(ctx: Ctx, who: Writer, job_id: str) -> JobOut:
     """Re-arm from now; occurrences that fell while paused are skipped."""
+    job_for(who, await ctx.jobs.get(job_id))
     return JobOut.of(await ctx.jobs.resume(job_id))
 
 
 @v1.post("/jobs/{job_id}/trigger", status_code=202, tags=["jobs"])
-async def trigger_job(ctx: Ctx, job_id: str) -> RunOut:
+async def trigger_job(ctx: Ctx, who: Writer, job_id: str) -> RunOut:
     """Fire once now, outside the schedule; returns the pending run."""
+    job_for(who, await ctx.jobs.get(job_id))
     return RunOut.of(await ctx.jobs.trigger(job_id))
 
 
 @v1.get("/jobs/{job_id}/runs", tags=["runs"])
-async def list_runs(ctx: Ctx, job_id: str, limit: Limit = 50, before: Before = None) -> RunList:
+async def list_runs(
+    ctx: Ctx, who: Caller, job_id: str, limit: Limit = 50, before: Before = None
+) -> RunList:
     """Runs newest first, one page at a time."""
+    job_for(who, await ctx.jobs.get(job_id))
     runs = await ctx.jobs.runs(job_id, limit=limit + 1, before_id=before)
     page, next_before = _page(runs, limit)
     return RunList(runs=page, next_before=next_before)
 
 
 @v1.get("/runs/{run_id}", tags=["runs"])
-async def get_run(ctx: Ctx, run_id: RunId) -> RunDetailOut:
+async def get_run(ctx: Ctx, who: Caller, run_id: RunId) -> RunDetailOut:
     """One run with its attempts, oldest first."""
-    return RunDetailOut.of_detail(await ctx.jobs.run(run_id))
+    detail = await ctx.jobs.run(run_id)
+    if not who.is_admin:
+        try:
+            job_for(who, await ctx.jobs.get(detail.run.job_id))
+        except NotFound:
+            raise NotFound("run", str(run_id)) from None
+    return RunDetailOut.of_detail(detail)
 
 
 @v1.get("/dead-letters", tags=["dead letters"])
 async def list_dead_letters(
-    ctx: Ctx, limit: Limit = 50, before: Before = None, job_id: JobFilter = None
+    ctx: Ctx, who: Caller, limit: Limit = 50, before: Before = None, job_id: JobFilter = None
 ) -> DeadLetterList:
     """Runs that failed for good, newest first, one page at a time."""
-    runs = await ctx.dead_letters.list(limit=limit + 1, before_id=before, job_id=job_id)
+    await _check_job(ctx, who, job_id)
+    runs = await ctx.dead_letters.list(
+        limit=limit + 1, before_id=before, job_id=job_id, tenant=tenant_scope(who, None)
+    )
     page, next_before = _page(runs, limit)
     return DeadLetterList(dead_letters=page, next_before=next_before)
 
 
 @v1.post("/dead-letters/redrive", status_code=202, tags=["dead letters"])
-async def redrive_dead_letters(ctx: Ctx, job_id: JobFilter = None) -> RedriveOut:
+async def redrive_dead_letters(ctx: Ctx, who: Writer, job_id: JobFilter = None) -> RedriveOut:
     """Give every dead letter (of `job_id`) one more attempt."""
-    return RedriveOut(redriven=await ctx.dead_letters.redrive(job_id))
+    await _check_job(ctx, who, job_id)
+    scope = tenant_scope(who, None)
+    return RedriveOut(redriven=await ctx.dead_letters.redrive(job_id, tenant=scope))
 
 
 @v1.post("/dead-letters/{run_id}/redrive", status_code=202, tags=["dead letters"])
-async def redrive_dead_letter(ctx: Ctx, run_id: RunId) -> RedriveOut:
+async def redrive_dead_letter(ctx: Ctx, who: Writer, run_id: RunId) -> RedriveOut:
     """Give one dead letter one more attempt; 404 `not_dead_lettered` if it is not one."""
+    await _check_run(ctx, who, run_id)
     await ctx.dead_letters.redrive_one(run_id)
     return RedriveOut(redriven=1)
 
 
 @v1.delete("/dead-letters", tags=["dead letters"])
-async def purge_dead_letters(ctx: Ctx, job_id: JobFilter = None) -> PurgeOut:
+async def purge_dead_letters(ctx: Ctx, who: Writer, job_id: JobFilter = None) -> PurgeOut:
     """Drop every dead letter (of `job_id`) from the queue; the runs stay failed."""
-    return PurgeOut(purged=await ctx.dead_letters.purge(job_id))
+    await _check_job(ctx, who, job_id)
+    return PurgeOut(purged=await ctx.dead_letters.purge(job_id, tenant=tenant_scope(who, None)))
 
 
 @v1.delete("/dead-letters/{run_id}", status_code=204, tags=["dead letters"])
-async def purge_dead_letter(ctx: Ctx, run_id: RunId) -> Response:
+async def purge_dead_letter(ctx: Ctx, who: Writer, run_id: RunId) -> Response:
     """Drop one dead letter from the queue; 404 `not_dead_lettered` if it is not one."""
+    await _check_run(ctx, who, run_id)
     await ctx.dead_letters.purge_one(run_id)
     return Response(status_code=204)
 
 
 @v1.put("/tenants/{tenant}/webhook-secrets", tags=["tenants"])
 async def set_tenant_secrets(
-    ctx: Ctx, tenant: TenantName, body: TenantSecretsIn
+    ctx: Ctx, who: Writer, tenant: TenantName, body: TenantSecretsIn
 ) -> TenantSecretsOut:
     """Sign the tenant's jobs that have no secrets of their own with these (1 or 2, write-only;
     the answer shows fingerprints). Workers use them from their next lease of a run."""
+    visible_tenant(who, tenant)
     return TenantSecretsOut.of(await ctx.tenants.set_secrets(tenant, body.secrets))
 
 
 @v1.get("/tenants/{tenant}/webhook-secrets", tags=["tenants"])
-async def get_tenant_secrets(ctx: Ctx, tenant: TenantName) -> TenantSecretsOut:
+async def get_tenant_secrets(ctx: Ctx, who: Caller, tenant: TenantName) -> TenantSecretsOut:
     """Fingerprints of the tenant's signing secrets (never the secrets)."""
+    visible_tenant(who, tenant)
     return TenantSecretsOut.of(await ctx.tenants.signing(tenant))
 
 
 @v1.delete("/tenants/{tenant}/webhook-secrets", status_code=204, tags=["tenants"])
-async def clear_tenant_secrets(ctx: Ctx, tenant: TenantName) -> Response:
+async def clear_tenant_secrets(ctx: Ctx, who: Writer, tenant: TenantName) -> Response:
     """Remove the tenant's secrets; its jobs fall back to the workers' secrets (or unsigned)."""
+    visible_tenant(who, tenant)
     await ctx.tenants.clear_secrets(tenant)
     return Response(status_code=204)
+
+
+async def _check_job(ctx: ApiContext, who: Principal, job_id: str | None) -> None:
+    """NotFound unless `job_id` (if given) names a job the principal may see."""
+    if job_id is not None:
+        job_for(who, await ctx.jobs.get(job_id))
+
+
+async def _check_run(ctx: ApiContext, who: Principal, run_id: int) -> None:
+    """NotDeadLettered (as for a run that is not one) unless the principal may see the run's
+    job."""
+    if who.is_admin:
+        return
+    try:
+        run = await ctx.store.get_run(run_id)
+        job_for(who, await ctx.jobs.get(run.job_id))
+    except NotFound:
+        raise NotDeadLettered(run_id) from None
 
 
 def _page(runs: list[Run], limit: int) -> tuple[list[RunOut], int | None]:

@@ -5,7 +5,8 @@
     tickwork jobs <verb>            talk to a running API (create, list, get, pause, ...)
     tickwork runs show RUN_ID       one run with its attempts
     tickwork dlq <verb>             the dead-letter queue (list, show, redrive, purge)
-    tickwork tenants secrets <verb> a tenant's webhook signing secrets (set, show, clear)
+    tickwork tenants <verb>         tenants (create, list, show, delete) and their secrets
+    tickwork keys <verb>            API keys, in the database (create, list, revoke)
     tickwork preview --cron EXPR    the next fire instants, computed locally
     tickwork cluster                schedulers, workers, partitions and queues (--watch)
 
@@ -16,8 +17,8 @@ exits 2, an unreachable or failing API or store exits 1.
 The package: `app` (the command tree, `run` and its failure handling), `client` (the HTTP
 API client), `render` (tables and JSON), `options` (shared flags), and one module per command
 group, each registering its commands on the tree when imported: `serve` (`up`, the single
-roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs show`), `dlq`
-and `tenants`.
+roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs show`), `dlq`,
+`tenants` and `keys`. A root option, `--api-key`, gives the key the API commands send.
 """
 
 # The command modules are imported for what importing them does: register their commands.
@@ -26,7 +27,7 @@ and `tenants`.
 from tickwork.cli import serve  # noqa: F401
 
 # isort: split
-from tickwork.cli import cluster, dlq, jobs, preview, tenants  # noqa: F401
+from tickwork.cli import cluster, dlq, jobs, keys, preview, tenants  # noqa: F401
 from tickwork.cli.app import main, run
 
 __all__ = ["main", "run"]

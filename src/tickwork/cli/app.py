@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, Final, NoReturn
+from typing import Annotated, Any, Final, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -31,6 +31,7 @@ __all__ = [
     "dlq_app",
     "field_message",
     "jobs_app",
+    "keys_app",
     "main",
     "run",
     "runs_app",
@@ -56,17 +57,45 @@ dlq_app = typer.Typer(
     help="The dead-letter queue: runs that failed for good.", no_args_is_help=True
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-tenants_app = typer.Typer(help="Per-tenant settings through the API.", no_args_is_help=True)
+tenants_app = typer.Typer(help="Tenants and their settings, through the API.", no_args_is_help=True)
 tenant_secrets_app = typer.Typer(
     help="A tenant's webhook signing secrets (write-only: shown as fingerprints).",
     no_args_is_help=True,
 )
+keys_app = typer.Typer(
+    help="API keys, in the database (needs --db access, not a key).", no_args_is_help=True
+)
 tenants_app.add_typer(tenant_secrets_app, name="secrets")
+
+
+class Session:
+    """What the root command's options set for the command that follows."""
+
+    api_key: str | None = None
+
+
+@app.callback()
+def _root(
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            help="API key for commands that call the API [env TICKWORK_API_KEY; default: "
+            "the admin.key that `tickwork up` wrote in its data directory]",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """tickwork: a distributed job scheduler."""
+    Session.api_key = api_key
+
+
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(runs_app, name="runs")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(db_app, name="db")
 app.add_typer(tenants_app, name="tenants")
+app.add_typer(keys_app, name="keys")
 
 
 class CliFailure(Exception):

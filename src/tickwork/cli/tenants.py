@@ -1,4 +1,5 @@
-"""`tickwork tenants secrets <verb>`: a tenant's webhook signing secrets, through the API.
+"""`tickwork tenants <verb>`: tenants (create, list, show, delete, admin keys) and their
+webhook signing secrets (`tenants secrets <verb>`), through the API.
 
 The secrets are write-only: `set` sends them, and every answer shows only their fingerprints.
 """
@@ -9,13 +10,22 @@ from typing import Annotated
 from urllib.parse import quote
 
 import typer
+from rich.table import Table
 
-from tickwork.cli.app import CliFailure, stdout_console, tenant_secrets_app
+from tickwork.cli.app import CliFailure, stdout_console, tenant_secrets_app, tenants_app
 from tickwork.cli.client import api_client
 from tickwork.cli.options import ApiOpt, JsonOpt, SecretOpt
-from tickwork.cli.render import show, tenant_signing
+from tickwork.cli.render import print_json, show, tenant_signing
 
-__all__ = ["tenant_secrets_clear", "tenant_secrets_set", "tenant_secrets_show"]
+__all__ = [
+    "tenant_secrets_clear",
+    "tenant_secrets_set",
+    "tenant_secrets_show",
+    "tenants_create",
+    "tenants_delete",
+    "tenants_list",
+    "tenants_show",
+]
 
 TenantArg = Annotated[str, typer.Argument(help="the tenant", show_default=False)]
 
@@ -47,3 +57,44 @@ def tenant_secrets_clear(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt
     api_client(api).call("DELETE", _tenant_secrets_path(tenant))
     if not as_json:
         stdout_console().print(f"cleared the webhook secrets of tenant {tenant}", markup=False)
+
+
+def _tenant_path(tenant: str) -> str:
+    return f"/v1/tenants/{quote(tenant, safe='')}"
+
+
+def _tenants_table(tenants: list[dict[str, str]]) -> Table:
+    table = Table("tenant", "created")
+    for t in tenants:
+        table.add_row(t["name"], t["created_at"])
+    return table
+
+
+@tenants_app.command("create")
+def tenants_create(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Create a tenant (an admin key)."""
+    answer = api_client(api).call("POST", "/v1/tenants", json={"name": tenant})
+    show(answer, as_json, lambda t: _tenants_table([t]))
+
+
+@tenants_app.command("list")
+def tenants_list(api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Every tenant (a tenant key sees its own)."""
+    answer = api_client(api).call("GET", "/v1/tenants")
+    show(answer, as_json, lambda a: _tenants_table(a["tenants"]))
+
+
+@tenants_app.command("show")
+def tenants_show(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """One tenant."""
+    show(api_client(api).call("GET", _tenant_path(tenant)), as_json, lambda t: _tenants_table([t]))
+
+
+@tenants_app.command("delete")
+def tenants_delete(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Delete a tenant without jobs and revoke its keys (an admin key)."""
+    api_client(api).call("DELETE", _tenant_path(tenant))
+    if as_json:
+        print_json({"deleted": tenant})
+    else:
+        stdout_console().print(f"deleted tenant {tenant} and revoked its keys", markup=False)

@@ -30,7 +30,8 @@ from tickwork.maintenance.queue_depth import DepthGauge, DepthGaugeConfig, depth
 from tickwork.queue.base import Queue
 from tickwork.scheduler.partitions import KeeperConfig, PartitionKeeper
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
-from tickwork.settings import Settings
+from tickwork.services.keys import KeyService
+from tickwork.settings import Settings, data_dir, sqlite_path
 from tickwork.store.base import ScheduleStore
 from tickwork.tasks import DEFAULT_REGISTRY, import_task_modules
 from tickwork.version import tickwork_version
@@ -44,6 +45,7 @@ from tickwork.worker.executors.task import TaskRunner
 from tickwork.worker.executors.webhook import WebhookRunner
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
+from .access import bootstrap_admin_key, refuse_open_network_api
 from .factory import store_for_url
 
 log = logging.getLogger("tickwork.up")
@@ -191,6 +193,8 @@ async def _serve_with(
             services += [keeper.run(stop), scheduler.run(stop)]
             retention = timedelta(days=settings.history_retention_days)
             services.append(Pruner(store, clock, PrunerConfig(retention=retention)).run(stop))
+        if Role.API in roles:
+            await _prepare_keys(store, clock, settings, roles)
         app = create_app(
             store=store, clock=clock, settings=settings, ops_only=Role.API not in roles
         )
@@ -376,6 +380,23 @@ class _QuietServer(uvicorn.Server):
         if self.should_exit:
             self.force_exit = True  # a second Ctrl-C stops without waiting for connections
         self.should_exit = True
+
+
+async def _prepare_keys(
+    store: ScheduleStore, clock: Clock, settings: Settings, roles: frozenset[Role]
+) -> None:
+    """`tickwork up` (or an API on SQLite) with no key yet mints the first admin key into the
+    data directory; an API beyond loopback without any key refuses to start."""
+    keys = KeyService(store, clock)
+    if roles == ALL_ROLES or sqlite_path(settings.database_url) is not None:
+        written = await bootstrap_admin_key(keys, data_dir(settings))
+        if written is not None:
+            print(
+                f"created an admin API key in {written} (mode 0600); the tickwork CLI reads it "
+                "from there, HTTP clients send it as Authorization: Bearer <key>",
+                flush=True,
+            )
+    await refuse_open_network_api(keys, settings.host)
 
 
 def _announce(settings: Settings, sock: socket.socket, roles: frozenset[Role]) -> None:

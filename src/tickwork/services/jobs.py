@@ -39,7 +39,7 @@ from tickwork.services.rules import (
 )
 from tickwork.store.base import JobQuery, ScheduleStore
 
-__all__ = ["KEEP", "JobPatch", "JobService", "JobSpec", "Keep", "RunDetail"]
+__all__ = ["KEEP", "JobPatch", "JobService", "JobSpec", "Keep", "RunDetail", "unknown_tenant"]
 
 EDIT_ATTEMPTS: Final = 5  # a job claimed every millisecond still gets edited within a few
 
@@ -101,6 +101,7 @@ class JobService:
         retry = RetryPolicy() if spec.retry is None else spec.retry
         check_fields(name=spec.name, tenant=spec.tenant, target=spec.target, retry=retry)
         check_alert(spec.on_failure)
+        await self.require_tenant(spec.tenant)
         next_run_at = first_fire(schedule, now)
         job = Job(
             id=new_job_id(now),
@@ -116,6 +117,11 @@ class JobService:
             on_failure=spec.on_failure,
         )
         return await self._store.create_job(job)
+
+    async def require_tenant(self, tenant: str) -> None:
+        """Raises InvalidInput (code "unknown_tenant") unless the tenant exists."""
+        if await self._store.get_tenant(tenant) is None:
+            raise unknown_tenant(tenant)
 
     async def get(self, job_id: str) -> Job:
         return await self._store.get_job(job_id)
@@ -142,6 +148,8 @@ class JobService:
         raise Conflict(f"job {job_id!r} kept changing while it was edited; try again")
 
     async def update(self, job_id: str, patch: JobPatch) -> Job:
+        if patch.tenant is not None:
+            await self.require_tenant(patch.tenant)
         return await self._edit(job_id, lambda job, now: _patched(job, patch, now))
 
     async def pause(self, job_id: str) -> Job:
@@ -166,6 +174,17 @@ class JobService:
         """One run and its attempts. Raises NotFound."""
         run = await self._store.get_run(run_id)
         return RunDetail(run=run, attempts=await self._store.list_attempts(run_id))
+
+
+def unknown_tenant(tenant: str) -> InvalidInput:
+    """The error for a job naming a tenant that does not exist (or that the caller's key may
+    not see: the same words, so a tenant key learns nothing about other tenants)."""
+    return InvalidInput(
+        "tenant",
+        f"no tenant {tenant!r}: use an existing one, or have an admin create it "
+        "(POST /v1/tenants, tickwork tenants create)",
+        code="unknown_tenant",
+    )
 
 
 # -- applying a patch -------------------------------------------------------------------------

@@ -1,26 +1,31 @@
-"""The tenant service: per-tenant settings (today: webhook signing secrets).
+"""The tenant service: tenants as a resource, and their settings (today: signing secrets).
 
+A job names an existing tenant (`default` exists in every database). An admin creates and
+deletes tenants; a tenant with jobs cannot be deleted, and deleting one revokes its keys.
 Secrets are write-only here as everywhere: callers get a `TenantSigning` with fingerprints,
-never the secrets. A tenant needs no registration: setting its secrets creates its row,
-clearing them keeps the row (stage 3's per-tenant limits will live there too).
+never the secrets. Per-tenant limits will live on the same resource.
 """
 
 from __future__ import annotations
 
+import builtins
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
 from tickwork.clock import Clock
-from tickwork.errors import InvalidInput
-from tickwork.services.rules import check_secrets, check_tenant
+from tickwork.domain.tenants import Tenant
+from tickwork.errors import InvalidInput, NotFound
+from tickwork.services.rules import MAX_TENANT_CHARS, check_secrets, check_tenant
 from tickwork.store.base import ScheduleStore
 from tickwork.webhooks import fingerprint
 
 __all__ = ["TenantService", "TenantSigning"]
 
 SECRETS_FIELD: Final = "secrets"
+TENANT_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,6 +43,24 @@ class TenantService:
     def __init__(self, store: ScheduleStore, clock: Clock) -> None:
         self._store = store
         self._clock = clock
+
+    async def create(self, name: str) -> Tenant:
+        """A new tenant. Raises InvalidInput for a bad name, TenantExists if it exists."""
+        check_tenant_name(name)
+        return await self._store.create_tenant(name, now=self._clock.now())
+
+    async def get(self, name: str) -> Tenant:
+        found = await self._store.get_tenant(name)
+        if found is None:
+            raise NotFound("tenant", name)
+        return found
+
+    async def list(self) -> builtins.list[Tenant]:
+        return await self._store.list_tenants()
+
+    async def delete(self, name: str) -> None:
+        """Delete a tenant without jobs and revoke its keys. Raises NotFound, TenantHasJobs."""
+        await self._store.delete_tenant(name, now=self._clock.now())
 
     async def signing(self, tenant: str) -> TenantSigning:
         check_tenant(tenant)
@@ -58,6 +81,18 @@ class TenantService:
         check_tenant(tenant)
         if await self._store.get_tenant(tenant) is not None:
             await self._store.set_tenant_secrets(tenant, (), now=self._clock.now())
+
+
+def check_tenant_name(name: str) -> None:
+    """A new tenant's name: letters, digits, `.`, `_`, `-`, starting with a letter or digit
+    (it appears in URLs and in keys' scopes)."""
+    if not 1 <= len(name) <= MAX_TENANT_CHARS:
+        raise InvalidInput("name", f"give a name of 1 to {MAX_TENANT_CHARS} characters")
+    if not TENANT_NAME.fullmatch(name):
+        raise InvalidInput(
+            "name",
+            "use letters, digits, '.', '_' and '-', starting with a letter or digit",
+        )
 
 
 def _signing(tenant: str, secrets: Sequence[str], updated_at: datetime) -> TenantSigning:

@@ -1,0 +1,178 @@
+"""/v1/keys and /v1/tenants: who may call the API, and the tenants their jobs belong to.
+
+Keys are an admin's business (every route here needs an admin key), except that a tenant key
+may read its own tenant (`GET /v1/tenants`, `GET /v1/tenants/{name}`). A key's secret appears
+once, in the answer to its creation; afterwards only its prefix identifies it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from tickwork.api.auth import Admin, Caller, visible_tenant
+from tickwork.api.schemas import Instant, InstantOut
+from tickwork.clock import utc_iso
+from tickwork.domain.keys import ApiKey, Role
+from tickwork.domain.tenants import Tenant
+from tickwork.services.keys import CreatedKey, KeyService
+from tickwork.services.tenants import TenantService
+
+router = APIRouter()
+
+TenantPath = Annotated[str, Path(min_length=1, max_length=100, description="the tenant")]
+KeyIdPath = Annotated[str, Path(min_length=1, max_length=64, description="a key's id")]
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KeyCreate(_Input):
+    name: str = Field(min_length=1, max_length=100, examples=["ci deploys"])
+    role: Role
+    tenant: str | None = Field(
+        None, min_length=1, max_length=100, description="required for the tenant roles"
+    )
+    expires_at: Instant | None = Field(None, description="default: never")
+
+
+class KeyOut(_Output):
+    id: str
+    prefix: str = Field(description="the key's first characters, to recognise it")
+    name: str
+    role: Role
+    tenant: str | None
+    created_at: InstantOut
+    expires_at: InstantOut | None
+    revoked_at: InstantOut | None
+    last_used_at: InstantOut | None = Field(description="written at most every 30 s")
+
+    @classmethod
+    def of(cls, key: ApiKey) -> KeyOut:
+        return cls(
+            id=key.id,
+            prefix=key.prefix,
+            name=key.name,
+            role=key.role,
+            tenant=key.tenant,
+            created_at=utc_iso(key.created_at),
+            expires_at=_iso(key.expires_at),
+            revoked_at=_iso(key.revoked_at),
+            last_used_at=_iso(key.last_used_at),
+        )
+
+
+class KeyCreated(_Output):
+    id: str
+    key: str = Field(description="the whole key: shown in this answer only, store it now")
+    prefix: str
+    name: str
+    role: Role
+    tenant: str | None
+    created_at: InstantOut
+    expires_at: InstantOut | None
+
+    @classmethod
+    def of(cls, created: CreatedKey) -> KeyCreated:
+        key = created.key
+        return cls(
+            id=key.id,
+            key=created.plaintext,
+            prefix=key.prefix,
+            name=key.name,
+            role=key.role,
+            tenant=key.tenant,
+            created_at=utc_iso(key.created_at),
+            expires_at=_iso(key.expires_at),
+        )
+
+
+class KeyList(_Output):
+    keys: list[KeyOut]
+
+
+class TenantCreate(_Input):
+    name: str = Field(min_length=1, max_length=100, examples=["payments"])
+
+
+class TenantOut(_Output):
+    name: str
+    created_at: InstantOut
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> TenantOut:
+        return cls(name=tenant.tenant, created_at=utc_iso(tenant.created_at))
+
+
+class TenantList(_Output):
+    tenants: list[TenantOut]
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else utc_iso(when)
+
+
+def _keys(request: Request) -> KeyService:
+    keys: KeyService = request.app.state.keys
+    return keys
+
+
+def _tenants(request: Request) -> TenantService:
+    tenants: TenantService = request.app.state.tickwork.tenants
+    return tenants
+
+
+@router.post("/keys", status_code=201, tags=["keys"])
+async def create_key(request: Request, who: Admin, body: KeyCreate) -> KeyCreated:
+    """A new API key; `key` is in this answer only (the store keeps its hash)."""
+    created = await _keys(request).create(
+        name=body.name, role=body.role, tenant=body.tenant, expires_at=body.expires_at
+    )
+    return KeyCreated.of(created)
+
+
+@router.get("/keys", tags=["keys"])
+async def list_keys(request: Request, who: Admin) -> KeyList:
+    """Every key, revoked and expired ones too, oldest first (never their secrets)."""
+    return KeyList(keys=[KeyOut.of(k) for k in await _keys(request).list()])
+
+
+@router.delete("/keys/{key_id}", tags=["keys"])
+async def revoke_key(request: Request, who: Admin, key_id: KeyIdPath) -> KeyOut:
+    """Revoke a key: every API process refuses it within a second."""
+    return KeyOut.of(await _keys(request).revoke(key_id))
+
+
+@router.post("/tenants", status_code=201, tags=["tenants"])
+async def create_tenant(request: Request, who: Admin, body: TenantCreate) -> TenantOut:
+    """A new tenant; 409 `tenant_exists` if it exists."""
+    return TenantOut.of(await _tenants(request).create(body.name))
+
+
+@router.get("/tenants", tags=["tenants"])
+async def list_tenants(request: Request, who: Caller) -> TenantList:
+    """Every tenant (a tenant key: its own)."""
+    tenants = await _tenants(request).list()
+    return TenantList(tenants=[TenantOut.of(t) for t in tenants if who.sees(t.tenant)])
+
+
+@router.get("/tenants/{name}", tags=["tenants"])
+async def get_tenant(request: Request, who: Caller, name: TenantPath) -> TenantOut:
+    visible_tenant(who, name)
+    return TenantOut.of(await _tenants(request).get(name))
+
+
+@router.delete("/tenants/{name}", status_code=204, tags=["tenants"])
+async def delete_tenant(request: Request, who: Admin, name: TenantPath) -> Response:
+    """Delete a tenant that has no jobs (409 `tenant_has_jobs` otherwise) and revoke its
+    keys."""
+    await _tenants(request).delete(name)
+    return Response(status_code=204)
