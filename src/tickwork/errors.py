@@ -4,10 +4,12 @@ each queue backend in its own module, so callers only ever catch what is drawn b
 
 TickworkError
  +-- InvalidInput          bad user input: names the field and the fix (HTTP 422, CLI exit 2)
- +-- NotFound              no such job or run (HTTP 404)
+ +-- NotFound              no such job, run, API key or tenant (HTTP 404)
  |    +-- NotDeadLettered  the run is not a dead letter (tickwork.services.dead_letters)
  +-- Conflict              the request clashes with the object's state (HTTP 409)
  |    +-- StaleJob         the job was claimed since it was read: re-read and retry
+ |    +-- TenantExists     a tenant of that name exists already
+ |    +-- TenantHasJobs    a tenant that jobs still name cannot be deleted
  +-- StoreError            the schedule store failed: it refused a statement, the schema is
  |    |                    missing or newer, a migration failed (HTTP 503, CLI exit 1)
  |    +-- StoreUnavailable the store cannot be reached right now: connection refused, dropped
@@ -56,6 +58,31 @@ class Conflict(TickworkError):
 
 class StaleJob(Conflict):
     """An update's expected fence token is no longer the job's: a claim came in between."""
+
+
+class TenantExists(Conflict):
+    """`create_tenant` of a tenant that exists already."""
+
+    code = "tenant_exists"
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(f"tenant {tenant!r} already exists")
+        self.tenant = tenant
+
+
+class TenantHasJobs(Conflict):
+    """`delete_tenant` of a tenant that `jobs` jobs still name: nothing was deleted."""
+
+    code = "tenant_has_jobs"
+
+    def __init__(self, tenant: str, jobs: int) -> None:
+        noun = "job" if jobs == 1 else "jobs"
+        super().__init__(
+            f"tenant {tenant!r} still has {jobs} {noun}: delete them or move them to another "
+            "tenant first"
+        )
+        self.tenant = tenant
+        self.jobs = jobs
 
 
 class StoreError(TickworkError):
