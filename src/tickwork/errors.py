@@ -4,10 +4,12 @@ each queue backend in its own module, so callers only ever catch what is drawn b
 
 TickworkError
  +-- InvalidInput          bad user input: names the field and the fix (HTTP 422, CLI exit 2)
- +-- NotFound              no such job or run (HTTP 404)
+ +-- NotFound              no such job, run, API key or tenant (HTTP 404)
  |    +-- NotDeadLettered  the run is not a dead letter (tickwork.services.dead_letters)
  +-- Conflict              the request clashes with the object's state (HTTP 409)
  |    +-- StaleJob         the job was claimed since it was read: re-read and retry
+ |    +-- TenantExists     a tenant of that name exists already
+ |    +-- TenantHasJobs    a tenant that jobs still name cannot be deleted
  +-- Unauthenticated       no API key, or one that is unknown, revoked or expired (HTTP 401)
  +-- Forbidden             the key's role does not allow this (HTTP 403); a resource of
  |                         another tenant is NotFound instead, as if it did not exist
@@ -71,6 +73,31 @@ class Forbidden(TickworkError):
     """The key is valid, but its role does not allow this request."""
 
     code = "forbidden"
+
+
+class TenantExists(Conflict):
+    """`create_tenant` of a tenant that exists already."""
+
+    code = "tenant_exists"
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(f"tenant {tenant!r} already exists")
+        self.tenant = tenant
+
+
+class TenantHasJobs(Conflict):
+    """`delete_tenant` of a tenant that `jobs` jobs still name: nothing was deleted."""
+
+    code = "tenant_has_jobs"
+
+    def __init__(self, tenant: str, jobs: int) -> None:
+        noun = "job" if jobs == 1 else "jobs"
+        super().__init__(
+            f"tenant {tenant!r} still has {jobs} {noun}: delete them or move them to another "
+            "tenant first"
+        )
+        self.tenant = tenant
+        self.jobs = jobs
 
 
 class StoreError(TickworkError):

@@ -10,7 +10,9 @@ seam is split by concern, each part its own Protocol with its contract on its me
                      and the partition leases and node heartbeats that gate who may claim
     LeaseStore       the worker's half: leases (the table queue), heartbeats, outcomes
     HistoryStore     run history, attempts, dead letters, retention, stats
-    ScheduleStore    all five: what a backend implements and what services are given
+    AccessStore      API keys (stored by their hash) and the tenants as a resource: created,
+                     listed, deleted
+    ScheduleStore    all six: what a backend implements and what services are given
 
 Rules for every method of every part:
 
@@ -36,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol, TypeVar
 
 from tickwork.domain.jobs import Job, JobState, Schedule
+from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DueHead, Node, PartitionLease
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome
 from tickwork.domain.tenants import Tenant
@@ -494,10 +497,16 @@ class HistoryStore(Protocol):
         ...
 
     async def list_dead_letters(
-        self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        job_id: str | None = None,
+        tenant: str | None = None,
     ) -> list[Run]:
-        """The dead-letter queue (of one job, if given), newest run id first, at most `limit`,
-        with ids below `before_id`."""
+        """The dead-letter queue (of one job, if given; of the jobs of one tenant, if given:
+        both filters apply together), newest run id first, at most `limit`, with ids below
+        `before_id`."""
         ...
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
@@ -533,7 +542,66 @@ class HistoryStore(Protocol):
         ...
 
 
-class ScheduleStore(StoreLifecycle, JobStore, ClaimStore, LeaseStore, HistoryStore, Protocol):
+class AccessStore(Protocol):
+    """API keys and the tenants as a resource (ADR 0018). A key is stored by the SHA-256 of
+    the whole key, never the key; its tenant is None for admin keys. A database starts with
+    one tenant, `default` (migration 0006 adds it, and one for every tenant a job named
+    before tenants had to exist; MemoryStore starts with it too). `JobStore.get_tenant` and
+    `set_tenant_secrets` read and change a tenant's settings; `set_tenant_secrets` still
+    creates the row when there is none."""
+
+    async def create_key(self, key: ApiKey) -> None:
+        """Store a new key, as given. Raises Conflict if a key with this id or this
+        secret_hash exists (nothing is stored)."""
+        ...
+
+    async def get_key(self, key_id: str) -> ApiKey:
+        """The key as stored now. Raises NotFound("key", key_id)."""
+        ...
+
+    async def key_by_hash(self, secret_hash: str) -> ApiKey | None:
+        """The key whose secret_hash this is, revoked and expired ones included (the caller
+        decides with `ApiKey.usable_at`); None when there is none."""
+        ...
+
+    async def list_keys(self, *, tenant: str | None = None) -> list[ApiKey]:
+        """Every key (of one tenant, if given), revoked and expired ones included, by id
+        ascending (code point order)."""
+        ...
+
+    async def revoke_key(self, key_id: str, *, now: datetime) -> ApiKey:
+        """Revoke the key at `now`; a key revoked already keeps its first revoked_at (so this
+        is idempotent). Returns the key as stored. Raises NotFound("key", key_id)."""
+        ...
+
+    async def touch_keys(self, used: Mapping[str, datetime]) -> None:
+        """Record when keys were last used, {key id: instant}: each key's last_used_at becomes
+        the later of the stored one and the given one (an older report never moves it back).
+        Unknown ids are ignored. One statement (or transaction) for the whole batch."""
+        ...
+
+    async def create_tenant(self, tenant: str, *, now: datetime) -> Tenant:
+        """Create the tenant (no settings; created_at = updated_at = `now`); returns it.
+        Raises TenantExists (a Conflict) if it exists."""
+        ...
+
+    async def list_tenants(self) -> list[Tenant]:
+        """Every tenant, by name (code point order)."""
+        ...
+
+    async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
+        """Delete the tenant and, in the same transaction, revoke every key of it at `now`
+        (one revoked already keeps its revoked_at): its keys stay listed, unusable.
+
+        Raises NotFound("tenant", tenant) if it does not exist, or TenantHasJobs (a Conflict,
+        nothing changed) while any job names it. The store does not stop a job from naming
+        the tenant after this check: jobs do not reference tenants in the schema."""
+        ...
+
+
+class ScheduleStore(
+    StoreLifecycle, JobStore, ClaimStore, LeaseStore, HistoryStore, AccessStore, Protocol
+):
     """Every part of the seam: what a backend implements, and what services are given."""
 
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import Clock, SystemClock
 from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import (
     DEFAULT_PARTITIONS,
     DueHead,
@@ -32,7 +33,7 @@ from tickwork.domain.runs import (
     occurrence_key,
 )
 from tickwork.domain.tenants import Tenant
-from tickwork.errors import NotFound, StaleJob
+from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
 from tickwork.store.base import (
     DEFAULT_TAKEOVER_GRACE_MS,
     Applied,
@@ -49,6 +50,8 @@ from tickwork.store.base import (
     distinct_leases,
     last_outcome_per_lease,
 )
+
+DEFAULT_TENANT = "default"  # the tenant every database starts with (migration 0006)
 
 
 class MemoryStore:
@@ -67,7 +70,12 @@ class MemoryStore:
         self._attempts: list[AttemptRecord] = []
         self._next_attempt_id = 1
         self._next_run_id = 1
-        self._tenants: dict[str, Tenant] = {}
+        # Like a migrated database (0006), it starts with the `default` tenant.
+        started = self._clock.now()
+        self._tenants: dict[str, Tenant] = {
+            DEFAULT_TENANT: Tenant(tenant=DEFAULT_TENANT, created_at=started, updated_at=started)
+        }
+        self._api_keys: dict[str, ApiKey] = {}
         self._watchers = Watchers()
 
     async def open(self) -> None:
@@ -493,6 +501,64 @@ class MemoryStore:
         self._tenants[tenant] = stored
         return stored
 
+    async def create_tenant(self, tenant: str, *, now: datetime) -> Tenant:
+        if tenant in self._tenants:
+            raise TenantExists(tenant)
+        created = Tenant(tenant=tenant, created_at=now, updated_at=now)
+        self._tenants[tenant] = created
+        return created
+
+    async def list_tenants(self) -> list[Tenant]:
+        return [self._tenants[name] for name in sorted(self._tenants)]
+
+    async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
+        if tenant not in self._tenants:
+            raise NotFound("tenant", tenant)
+        jobs = sum(1 for j in self._jobs.values() if j.tenant == tenant)
+        if jobs:
+            raise TenantHasJobs(tenant, jobs)
+        del self._tenants[tenant]
+        for key in list(self._api_keys.values()):
+            if key.tenant == tenant and key.revoked_at is None:
+                self._api_keys[key.id] = replace(key, revoked_at=now)
+
+    # -- API keys ---------------------------------------------------------------------------
+    async def create_key(self, key: ApiKey) -> None:
+        if key.id in self._api_keys or any(
+            k.secret_hash == key.secret_hash for k in self._api_keys.values()
+        ):
+            raise Conflict(f"a key with id {key.id!r} or with the same secret exists already")
+        self._api_keys[key.id] = key
+
+    async def get_key(self, key_id: str) -> ApiKey:
+        try:
+            return self._api_keys[key_id]
+        except KeyError:
+            raise NotFound("key", key_id) from None
+
+    async def key_by_hash(self, secret_hash: str) -> ApiKey | None:
+        return next((k for k in self._api_keys.values() if k.secret_hash == secret_hash), None)
+
+    async def list_keys(self, *, tenant: str | None = None) -> list[ApiKey]:
+        return [
+            self._api_keys[key_id]
+            for key_id in sorted(self._api_keys)
+            if tenant is None or self._api_keys[key_id].tenant == tenant
+        ]
+
+    async def revoke_key(self, key_id: str, *, now: datetime) -> ApiKey:
+        key = await self.get_key(key_id)
+        if key.revoked_at is None:
+            key = replace(key, revoked_at=now)
+            self._api_keys[key_id] = key
+        return key
+
+    async def touch_keys(self, used: Mapping[str, datetime]) -> None:
+        for key_id, when in used.items():
+            key = self._api_keys.get(key_id)
+            if key is not None and (key.last_used_at is None or when > key.last_used_at):
+                self._api_keys[key_id] = replace(key, last_used_at=when)
+
     # -- history ----------------------------------------------------------------------------
     async def list_runs(
         self, job_id: str, *, limit: int = 50, before_id: int | None = None
@@ -517,7 +583,12 @@ class MemoryStore:
         return [a for a in self._attempts if a.run_id == run_id]
 
     async def list_dead_letters(
-        self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        job_id: str | None = None,
+        tenant: str | None = None,
     ) -> list[Run]:
         dead = [
             r
@@ -525,6 +596,7 @@ class MemoryStore:
             if r.dead_lettered_at is not None
             and (before_id is None or r.id < before_id)
             and (job_id is None or r.job_id == job_id)
+            and (tenant is None or self._jobs[r.job_id].tenant == tenant)
         ]
         return sorted(dead, key=lambda r: r.id, reverse=True)[:limit]
 

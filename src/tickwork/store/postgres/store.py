@@ -29,10 +29,11 @@ import asyncpg
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
-from tickwork.errors import NotFound, StaleJob, StoreError
+from tickwork.errors import Conflict, NotFound, StaleJob, StoreError, TenantExists, TenantHasJobs
 from tickwork.store.base import (
     DEFAULT_TAKEOVER_GRACE_MS,
     Applied,
@@ -462,6 +463,40 @@ class PostgresStore(SqlReads):
         }
         found = await self._query(self._sql.set_tenant_secrets, values)
         return rows.tenant_from_row(found[0])
+
+    # -- API keys and tenants (AccessStore; the reads are SqlReads') --------------------------
+    async def create_key(self, key: ApiKey) -> None:
+        inserted = await self._fetch(self._sql.insert_key, rows.key_params(key), "storing a key")
+        if not inserted:
+            raise Conflict(f"a key with id {key.id!r} or with the same secret exists already")
+
+    async def revoke_key(self, key_id: str, *, now: datetime) -> ApiKey:
+        values = {"id": key_id, "now": to_us(now)}
+        found = await self._fetch(self._sql.revoke_key, values, "revoking a key")
+        if not found:
+            raise NotFound("key", key_id)
+        return rows.key_from_row(found[0])
+
+    async def touch_keys(self, used: Mapping[str, datetime]) -> None:
+        if not used:
+            return
+        values = {"ids": list(used), "used_us": [to_us(when) for when in used.values()]}
+        await self._execute(self._sql.touch_keys, values, "recording when keys were used")
+
+    async def create_tenant(self, tenant: str, *, now: datetime) -> Tenant:
+        values = {"tenant": tenant, "now": to_us(now)}
+        found = await self._fetch(self._sql.insert_tenant, values, "creating a tenant")
+        if not found:
+            raise TenantExists(tenant)
+        return rows.tenant_from_row(found[0])
+
+    async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
+        values = {"tenant": tenant, "now": to_us(now)}
+        [result] = await self._fetch(self._sql.delete_tenant, values, "deleting a tenant")
+        if not result["found"]:
+            raise NotFound("tenant", tenant)
+        if result["jobs"]:
+            raise TenantHasJobs(tenant, int(result["jobs"]))
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
         values = {"ids": None if run_ids is None else list(run_ids), "now": to_us(now)}

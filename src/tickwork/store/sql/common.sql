@@ -105,11 +105,14 @@ SELECT {run_columns} FROM tw_runs WHERE id = :id
 SELECT {attempt_columns} FROM tw_attempts WHERE run_id = :run_id ORDER BY attempt, id
 
 -- name: list_dead_letters
--- A page of the dead-letter queue, newest run first, optionally of one job.
+-- A page of the dead-letter queue, newest run first, optionally of one job and of the jobs of
+-- one tenant (tw_jobs_tenant_name finds the tenant's jobs).
 SELECT {run_columns} FROM tw_runs
 WHERE dead_lettered_us IS NOT NULL
   AND (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
   AND (CAST(:job_id AS TEXT) IS NULL OR job_id = :job_id)
+  AND (CAST(:tenant AS TEXT) IS NULL
+       OR job_id IN (SELECT id FROM tw_jobs WHERE tenant = :tenant))
 ORDER BY id DESC LIMIT :limit
 
 -- name: lease_run
@@ -184,3 +187,37 @@ DELETE FROM tw_nodes WHERE id = :id AND role = :role
 -- name: release_partitions_of
 -- Release every partition `:owner` holds: a scheduler that leaves hands them over at once.
 UPDATE tw_partition_leases SET owner = NULL, expires_us = 0 WHERE owner = :owner
+
+-- API keys and tenants (ADR 0018). A key is stored by the SHA-256 of the whole key.
+
+-- fragment: key_columns
+-- Every column of tw_api_keys (rows.key_from_row, rows.key_params).
+id, name, role, tenant, prefix, secret_hash, created_us, expires_us, revoked_us, last_used_us
+
+-- name: insert_key
+-- Store a new key; nothing (no row returned) if its id or its secret_hash is taken already.
+INSERT INTO tw_api_keys ({key_columns})
+VALUES (:id, :name, :role, :tenant, :prefix, :secret_hash, :created_us, :expires_us,
+        :revoked_us, :last_used_us)
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: get_key
+-- One key by id.
+SELECT {key_columns} FROM tw_api_keys WHERE id = :id
+
+-- name: get_key_by_hash
+-- The key a presented secret hashes to (the unique index on secret_hash), revoked or not.
+SELECT {key_columns} FROM tw_api_keys WHERE secret_hash = :secret_hash
+
+-- name: revoke_key
+-- Revoke a key at :now; one revoked already keeps its first revoked_us. No row: no such key.
+UPDATE tw_api_keys SET revoked_us = coalesce(revoked_us, :now) WHERE id = :id
+RETURNING {key_columns}
+
+-- name: insert_tenant
+-- Create a tenant with no settings; no row returned if it exists already.
+INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)
+VALUES (:tenant, NULL, :now, :now)
+ON CONFLICT (tenant) DO NOTHING
+RETURNING {tenant_columns}

@@ -379,3 +379,44 @@ RETURNING (xmax = 0) AS inserted
 -- The nodes whose heartbeat is live (all of them with :all), with the database's clock.
 SELECT {node_columns}, {db_now} AS now_us FROM tw_nodes
 WHERE :all OR expires_us > {db_now} ORDER BY id, role
+
+-- API keys and tenants (ADR 0018). Orders by name use COLLATE "C": code point order, as in
+-- SQLite and in Python, whatever the database's collation.
+
+-- name: list_keys
+-- Every key, or the keys of :tenant, by id.
+SELECT {key_columns} FROM tw_api_keys
+WHERE CAST(:tenant AS TEXT) IS NULL OR tenant = :tenant
+ORDER BY id COLLATE "C"
+
+-- name: touch_keys
+-- Record when keys were last used, for (:ids, :used_us) pairs: each named key's last_used_us
+-- becomes the later of the stored and the given instant (greatest() skips a NULL). Unknown ids
+-- match no row.
+UPDATE tw_api_keys k SET last_used_us = greatest(k.last_used_us, u.used_us)
+FROM unnest(:ids::text[], :used_us::bigint[]) AS u(id, used_us)
+WHERE k.id = u.id
+
+-- name: list_tenants
+-- Every tenant, by name.
+SELECT {tenant_columns} FROM tw_tenants ORDER BY tenant COLLATE "C"
+
+-- name: delete_tenant
+-- Delete :tenant unless a job names it, and revoke at :now its keys not revoked already, in
+-- one statement. The tenant's row is locked first (a concurrent delete makes this one find
+-- nothing). Returns whether it existed, how many jobs name it (nothing changed unless 0) and
+-- how many keys it revoked.
+WITH target AS (SELECT tenant FROM tw_tenants WHERE tenant = :tenant FOR UPDATE),
+jobs AS (SELECT count(*) AS n FROM tw_jobs WHERE tenant = :tenant),
+gone AS (
+    DELETE FROM tw_tenants t USING target, jobs
+    WHERE t.tenant = target.tenant AND jobs.n = 0
+    RETURNING t.tenant
+),
+revoked AS (
+    UPDATE tw_api_keys SET revoked_us = :now
+    WHERE tenant IN (SELECT tenant FROM gone) AND revoked_us IS NULL
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM target) AS found, (SELECT n FROM jobs) AS jobs,
+       (SELECT count(*) FROM revoked) AS revoked

@@ -9,7 +9,9 @@ from typing import Any
 
 from tickwork.clock import to_us
 from tickwork.domain.jobs import Job
+from tickwork.domain.keys import ApiKey
 from tickwork.domain.runs import AttemptRecord, Run
+from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound
 from tickwork.store.base import JobQuery, StoreStats
 from tickwork.store.sql import rows
@@ -84,12 +86,35 @@ class SqlReads:
         return [rows.attempt_from_row(r) for r in found]
 
     async def list_dead_letters(
-        self, *, limit: int = 50, before_id: int | None = None, job_id: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        job_id: str | None = None,
+        tenant: str | None = None,
     ) -> list[Run]:
-        params = {"limit": limit, "before_id": before_id, "job_id": job_id}
+        params = {"limit": limit, "before_id": before_id, "job_id": job_id, "tenant": tenant}
         return [
             rows.run_from_row(r) for r in await self._query(self._sql.list_dead_letters, params)
         ]
+
+    # -- API keys and tenants (AccessStore) ---------------------------------------------------
+    async def get_key(self, key_id: str) -> ApiKey:
+        found = await self._query(self._sql.get_key, {"id": key_id})
+        if not found:
+            raise NotFound("key", key_id)
+        return rows.key_from_row(found[0])
+
+    async def key_by_hash(self, secret_hash: str) -> ApiKey | None:
+        found = await self._query(self._sql.get_key_by_hash, {"secret_hash": secret_hash})
+        return rows.key_from_row(found[0]) if found else None
+
+    async def list_keys(self, *, tenant: str | None = None) -> list[ApiKey]:
+        found = await self._query(self._sql.list_keys, {"tenant": tenant})
+        return [rows.key_from_row(r) for r in found]
+
+    async def list_tenants(self) -> list[Tenant]:
+        return [rows.tenant_from_row(r) for r in await self._query(self._sql.list_tenants, {})]
 
     async def stats(self) -> StoreStats:
         states = await self._query(self._sql.job_state_counts, {})

@@ -20,6 +20,7 @@ from tickwork.domain.jobs import (
     TaskTarget,
     WebhookTarget,
 )
+from tickwork.domain.keys import ApiKey, Role
 from tickwork.domain.partitions import DueHead, Node, PartitionLease, partition_of
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import (
@@ -247,6 +248,37 @@ def tenant_from_row(row: Row) -> Tenant:
         webhook_secrets=secrets_from_json(row["webhook_secrets"]),
         created_at=from_us(row["created_us"]),
         updated_at=from_us(row["updated_us"]),
+    )
+
+
+def key_params(key: ApiKey) -> dict[str, Any]:
+    """The key's columns (`insert_key`)."""
+    return {
+        "id": key.id,
+        "name": key.name,
+        "role": key.role.value,
+        "tenant": key.tenant,
+        "prefix": key.prefix,
+        "secret_hash": key.secret_hash,
+        "created_us": to_us(key.created_at),
+        "expires_us": us_or_none(key.expires_at),
+        "revoked_us": us_or_none(key.revoked_at),
+        "last_used_us": us_or_none(key.last_used_at),
+    }
+
+
+def key_from_row(row: Row) -> ApiKey:
+    return ApiKey(
+        id=row["id"],
+        name=row["name"],
+        role=Role(row["role"]),
+        tenant=row["tenant"],
+        prefix=row["prefix"],
+        secret_hash=row["secret_hash"],
+        created_at=from_us(row["created_us"]),
+        expires_at=dt_or_none(row["expires_us"]),
+        revoked_at=dt_or_none(row["revoked_us"]),
+        last_used_at=dt_or_none(row["last_used_us"]),
     )
 
 

@@ -201,3 +201,38 @@ ON CONFLICT (id, role) DO UPDATE SET heartbeat_us = excluded.heartbeat_us,
 -- The nodes whose heartbeat is live (all of them with :all), with the database's clock.
 SELECT {node_columns}, {db_now} AS now_us FROM tw_nodes
 WHERE :all OR expires_us > {db_now} ORDER BY id, role
+
+-- API keys and tenants (ADR 0018). Orders by name are SQLite's BINARY collation: code point
+-- order, as in PostgreSQL's COLLATE "C" and in Python.
+
+-- name: list_keys
+-- Every key, or the keys of :tenant, by id.
+SELECT {key_columns} FROM tw_api_keys
+WHERE :tenant IS NULL OR tenant = :tenant
+ORDER BY id
+
+-- name: touch_keys
+-- Record when keys were last used: :used is a JSON object {key id: epoch us}; each named key's
+-- last_used_us becomes the later of the stored and the given instant. Unknown ids match no row.
+UPDATE tw_api_keys
+SET last_used_us = max(coalesce(last_used_us, u.used_us), u.used_us)
+FROM (SELECT key AS id, value AS used_us FROM json_each(:used)) u
+WHERE tw_api_keys.id = u.id
+
+-- name: list_tenants
+-- Every tenant, by name.
+SELECT {tenant_columns} FROM tw_tenants ORDER BY tenant
+
+-- name: tenant_jobs
+-- Whether :tenant exists, and how many jobs name it (delete_tenant's checks, in its
+-- transaction).
+SELECT EXISTS (SELECT 1 FROM tw_tenants WHERE tenant = :tenant) AS found,
+       (SELECT count(*) FROM tw_jobs WHERE tenant = :tenant) AS jobs
+
+-- name: delete_tenant
+-- Delete a tenant's row (its keys are revoked in the same transaction).
+DELETE FROM tw_tenants WHERE tenant = :tenant
+
+-- name: revoke_tenant_keys
+-- Revoke at :now every key of :tenant not revoked already (a deleted tenant's keys).
+UPDATE tw_api_keys SET revoked_us = :now WHERE tenant = :tenant AND revoked_us IS NULL

@@ -23,10 +23,11 @@ from typing import Any, TypeVar
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
-from tickwork.errors import NotFound, StaleJob
+from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
 from tickwork.store.base import (
     DEFAULT_TAKEOVER_GRACE_MS,
     Applied,
@@ -378,6 +379,53 @@ class SqliteStore(SqlReads):
             lambda conn: conn.execute(SQL.set_tenant_secrets.text, params).fetchone()
         )
         return rows.tenant_from_row(row)
+
+    # -- API keys and tenants (AccessStore; the reads are SqlReads') --------------------------
+    async def create_key(self, key: ApiKey) -> None:
+        params = rows.key_params(key)
+        inserted = await self._write(
+            lambda conn: conn.execute(SQL.insert_key.text, params).fetchone()
+        )
+        if inserted is None:
+            raise Conflict(f"a key with id {key.id!r} or with the same secret exists already")
+
+    async def revoke_key(self, key_id: str, *, now: datetime) -> ApiKey:
+        params = {"id": key_id, "now": to_us(now)}
+        row = await self._write(lambda conn: conn.execute(SQL.revoke_key.text, params).fetchone())
+        if row is None:
+            raise NotFound("key", key_id)
+        return rows.key_from_row(row)
+
+    async def touch_keys(self, used: Mapping[str, datetime]) -> None:
+        if not used:
+            return
+        params = {"used": json.dumps({key_id: to_us(when) for key_id, when in used.items()})}
+        await self._write(lambda conn: conn.execute(SQL.touch_keys.text, params))
+
+    async def create_tenant(self, tenant: str, *, now: datetime) -> Tenant:
+        params = {"tenant": tenant, "now": to_us(now)}
+        row = await self._write(
+            lambda conn: conn.execute(SQL.insert_tenant.text, params).fetchone()
+        )
+        if row is None:
+            raise TenantExists(tenant)
+        return rows.tenant_from_row(row)
+
+    async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
+        params = {"tenant": tenant, "now": to_us(now)}
+
+        def delete(conn: sqlite3.Connection) -> tuple[bool, int]:
+            found = conn.execute(SQL.tenant_jobs.text, params).fetchone()
+            if found["found"] and not found["jobs"]:
+                conn.execute(SQL.delete_tenant.text, params)
+                conn.execute(SQL.revoke_tenant_keys.text, params)
+            return bool(found["found"]), int(found["jobs"])
+
+        existed, jobs = await self._write(delete)
+        if not existed:
+            raise NotFound("tenant", tenant)
+        if jobs:
+            raise TenantHasJobs(tenant, jobs)
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
         params = {"ids": _id_list(run_ids), "now": to_us(now)}
