@@ -185,6 +185,8 @@ async def roles(
     statements each sent to PostgreSQL."""
     port = free_port()
     extra = {"TICKWORK_QUEUE_URL": queue_url} if queue_url else {}
+    # The API writes its first admin key there (`api_key`).
+    extra |= {"TICKWORK_DATA_DIR": str(_data_dir(env, tag))}
     argv = {"api": ["--port", str(port)], "scheduler": [], "worker": list(worker_args)}
     children = await asyncio.gather(
         *(_start_role(env, role, url, argv[role], tag, extra) for role in ROLES),
@@ -201,6 +203,10 @@ async def roles(
         out["exit_codes"] = {c.name: code for c, code in zip(started, codes, strict=True)}
         out["errors_logged"] = sum(_errors(c) for c in started)
         out["statements"] = {c.name: _statements(env, tag, c.name) for c in started}
+
+
+def _data_dir(env: Env, tag: str) -> Path:
+    return env.tmp / f"data-{tag}"
 
 
 async def _start_role(
@@ -495,16 +501,19 @@ async def sustained_step(env: Env, cfg: E2EConfig, queue: str, rate: int) -> dic
         queue_server(env, queue) as queue_url,
         roles(env, url, queue_url, tag, result) as api,
     ):
-        result |= await _measure_rate(env, cfg, api, f"{base}/hook", rate)
+        result |= await _measure_rate(env, cfg, api, f"{base}/hook", rate, tag)
     await env.admin.drop(db)
     window: lateness.Window = result.pop("window")
     arrivals = json.loads(out.read_text())
     return result | analyse_step(arrivals, window, rate)
 
 
-async def _measure_rate(env: Env, cfg: E2EConfig, api: str, hook: str, rate: int) -> dict[str, Any]:
+async def _measure_rate(
+    env: Env, cfg: E2EConfig, api: str, hook: str, rate: int, tag: str
+) -> dict[str, Any]:
     created = lateness.LatenessConfig(jobs=rate, create_concurrency=cfg.create_concurrency)
-    create_s = await lateness.create_jobs(api, hook, "spread", created)
+    key = lateness.admin_key(_data_dir(env, tag))
+    create_s = await lateness.create_jobs(api, hook, "spread", created, key)
     start = math.ceil(time.time() + cfg.warmup_s)
     window = lateness.Window(start * 1_000_000, (start + cfg.window_s) * 1_000_000)
     await _sleep_until(start)

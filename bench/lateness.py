@@ -27,6 +27,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -105,16 +106,22 @@ async def _with_tickwork(
     env: Env, cfg: LatenessConfig, url: str, hook: str, variant: str, tag: str
 ) -> dict[str, Any]:
     port = free_port()
+    data = env.tmp / f"data-{tag}"
     up, _banner = await procs.start(
         "tickwork",
         [sys.executable, "-m", "tickwork", "up", "--db", url, "--port", str(port)],
         ready="listening",
         log_path=env.tmp / f"tickwork-{tag}.log",
-        env={"TICKWORK_LOG_LEVEL": "warning", "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32"},
+        env={
+            "TICKWORK_LOG_LEVEL": "warning",
+            "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",
+            "TICKWORK_DATA_DIR": str(data),  # its first admin key goes there
+        },
     )
     env.attribution.named[up.pid] = "tickwork"
     try:
-        create_s = await create_jobs(f"http://127.0.0.1:{port}", hook, variant, cfg)
+        key = admin_key(data)
+        create_s = await create_jobs(f"http://127.0.0.1:{port}", hook, variant, cfg, key)
         window = _window(time.time(), cfg)
         await _sleep_until(window.start_us / 1e6)
         with CpuMeter(env.attribution) as meter:
@@ -152,11 +159,17 @@ def _iso(epoch_us: int) -> str:
     return datetime.fromtimestamp(epoch_us / 1e6, UTC).isoformat().replace("+00:00", "Z")
 
 
-async def create_jobs(api: str, hook: str, variant: str, cfg: LatenessConfig) -> float:
+def admin_key(data_dir: Path) -> str:
+    """The admin key a tickwork API wrote into its (fresh) data directory at start."""
+    return (data_dir / "admin.key").read_text().strip()
+
+
+async def create_jobs(api: str, hook: str, variant: str, cfg: LatenessConfig, key: str) -> float:
     """Create the jobs over HTTP; anchors lie in the past, so each fires from its next second."""
     started = time.monotonic()
     slots = asyncio.Semaphore(cfg.create_concurrency)
-    async with aiohttp.ClientSession(base_url=api) as session:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with aiohttp.ClientSession(base_url=api, headers=headers) as session:
 
         async def create(i: int, anchor: str) -> None:
             body = {

@@ -136,6 +136,10 @@ class Cluster:
         self.proxies.append(proxy)
         return await proxy.start()
 
+    def admin_key(self) -> str:
+        """The admin key the API process wrote when it first started (it had no key)."""
+        return (self.config.workdir / "api" / "admin.key").read_text().strip()
+
     def _add(self, name: str, role: Role, pg_port: int, queue_url: str | None) -> None:
         # application_name lets the harness find (and drop) exactly this process's sessions.
         dsn = f"postgresql://postgres@127.0.0.1:{pg_port}/{DATABASE}?application_name=tw-{name}"
@@ -153,6 +157,8 @@ class Cluster:
             "TICKWORK_WEBHOOK_SECRETS": self.config.secret,
             "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",
             "TICKWORK_LOG_LEVEL": "warning",
+            # The API (on loopback) writes its first admin key here (`admin_key`).
+            "TICKWORK_DATA_DIR": str(self.config.workdir / name),
         }
         if name == SCHEDULERS[0] and self.config.skew_s:
             library = faketime_library()

@@ -154,7 +154,8 @@ async def _create_jobs(
             expected[f"{job_id}:{at}"] = at * 1000
 
     base = f"http://127.0.0.1:{cluster.api_port}"
-    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+    headers = {"Authorization": f"Bearer {cluster.admin_key()}"}
+    async with httpx.AsyncClient(base_url=base, timeout=30, headers=headers) as client:
         await asyncio.gather(*(create(client, plan) for plan in plans))
     return expected
 

@@ -79,6 +79,11 @@ def job_body(**overrides: Any) -> dict[str, Any]:
 
 
 async def create(api: Api, **overrides: Any) -> dict[str, Any]:
+    """Create a job over the API (its tenant first, if one is named that does not exist)."""
+    tenant = overrides.get("tenant")
+    if isinstance(tenant, str) and await api.store.get_tenant(tenant) is None:
+        made = await api.client.post("/v1/tenants", json={"name": tenant})
+        assert made.status_code == 201, made.text
     response = await api.client.post("/v1/jobs", json=job_body(**overrides))
     assert response.status_code == 201, response.text
     data: dict[str, Any] = response.json()

@@ -21,7 +21,8 @@ from .test_dead_letters_api import attempt, triggered
 async def api() -> AsyncIterator[Api]:
     async for served in serve(MemoryStore()):
         for tenant in ("acme", "globex"):
-            assert (await served.client.post("/v1/tenants", json={"name": tenant})).status_code == 201
+            made = await served.client.post("/v1/tenants", json={"name": tenant})
+            assert made.status_code == 201
         yield served
 
 
@@ -117,9 +118,8 @@ async def test_an_expired_key_is_refused(api: Api) -> None:
 
 
 async def test_the_key_is_shown_once_and_stored_as_a_hash(api: Api) -> None:
-    created = (
-        await api.client.post("/v1/keys", json={"name": "ci", "role": "tenant-read", "tenant": "acme"})
-    ).json()
+    body = {"name": "ci", "role": "tenant-read", "tenant": "acme"}
+    created = (await api.client.post("/v1/keys", json=body)).json()
     assert set(created) == {
         "id", "key", "prefix", "name", "role", "tenant", "created_at", "expires_at",
     }  # fmt: skip
@@ -142,9 +142,7 @@ async def test_the_key_is_shown_once_and_stored_as_a_hash(api: Api) -> None:
         ({"name": "x", "role": "admin", "expires_at": "2020-01-01T00:00:00Z"}, "expires_at"),
     ],
 )
-async def test_bad_key_requests_name_the_field(
-    api: Api, body: dict[str, Any], field: str
-) -> None:
+async def test_bad_key_requests_name_the_field(api: Api, body: dict[str, Any], field: str) -> None:
     assert error_of(await api.client.post("/v1/keys", json=body), 422)["field"] == field
 
 

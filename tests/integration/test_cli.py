@@ -26,6 +26,7 @@ from tickwork.clock import ManualClock
 from tickwork.domain.runs import RunOutcome, RunStatus
 from tickwork.settings import Settings
 from tickwork.store.memory import MemoryStore
+from tickwork.testing import mint_key
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 
@@ -35,6 +36,7 @@ class Server:
     url: str
     clock: ManualClock
     store: MemoryStore
+    key: str  # an admin key: the CLI calls send it (--api-key)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,7 @@ def server() -> Iterator[Server]:
     store = MemoryStore()
     asyncio.run(store.open())
     clock = ManualClock(NOW)
+    key = asyncio.run(mint_key(store, clock=clock))
     app = create_app(store=store, clock=clock, settings=Settings())
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -53,7 +56,7 @@ def server() -> Iterator[Server]:
     url = f"http://127.0.0.1:{port}"
     _wait_until_up(url, thread)
     try:
-        yield Server(url=url, clock=clock, store=store)
+        yield Server(url=url, clock=clock, store=store, key=key)
     finally:
         http.should_exit = True
         thread.join(timeout=10)
@@ -87,7 +90,7 @@ class Result:
 def cli(capsys: pytest.CaptureFixture[str], server: Server) -> Any:
     def invoke(*args: str, api: bool = True) -> Result:
         argv = [*args, "--api", server.url] if api else list(args)
-        code = run(argv)
+        code = run(["--api-key", server.key, *argv])
         captured = capsys.readouterr()
         return Result(code=code, out=captured.out, err=captured.err)
 
@@ -113,6 +116,7 @@ def test_create_with_json_prints_exactly_the_api_job(cli: Any) -> None:
 
 
 def test_create_every_and_at_and_with_options(cli: Any) -> None:
+    cli("tenants", "create", "acme")  # exit 2 if another test made it already: either way
     every = cli(*create_args("--every", "30", "--json")).json()
     assert every["schedule"]["every"] == "PT30S"
     at = cli(*create_args("--at", "2026-12-24T18:00:00Z", "--method", "put", "--json")).json()
@@ -242,7 +246,8 @@ def test_runs_show_lists_the_attempts(cli: Any, server: Server, job_id: str) -> 
     shown = cli("runs", "show", str(run_id), "--json").json()
     assert (shown["id"], shown["status"], shown["last_error"]) == (run_id, "failed", "HTTP 503")
     assert [a["status"] for a in shown["attempts"]] == ["retry", "failed"]
-    assert httpx.get(f"{server.url}/v1/runs/{run_id}").json() == shown
+    headers = {"Authorization": f"Bearer {server.key}"}
+    assert httpx.get(f"{server.url}/v1/runs/{run_id}", headers=headers).json() == shown
     table = cli("runs", "show", str(run_id))
     assert table.code == 0
     for text in ("failed (dead letter)", "2 attempt(s)", "retry", "worker-1", "HTTP 503"):
@@ -491,10 +496,12 @@ def test_entry_point_preview_json(server: Server) -> None:
 
 def test_entry_point_talks_to_the_api_from_the_environment(server: Server) -> None:
     os.environ["TICKWORK_API_URL"] = server.url
+    os.environ["TICKWORK_API_KEY"] = server.key
     try:
         result = _tickwork("jobs", "list", "--limit", "1", "--json")
     finally:
         del os.environ["TICKWORK_API_URL"]
+        del os.environ["TICKWORK_API_KEY"]
     assert result.returncode == 0, result.stderr
     assert set(json.loads(result.stdout)) == {"jobs", "next_after"}
 
@@ -523,3 +530,42 @@ def test_task_jobs_are_created_and_shown(cli: Any) -> None:
     for result in (both, neither):
         assert result.code == 2
         assert "give one of --url (a webhook) or --task (a Python task)" in result.err
+
+
+def test_tenants_through_the_cli(cli: Any) -> None:
+    made = cli("tenants", "create", "cli-tenant", "--json")
+    assert made.code == 0, made.err
+    assert made.json()["name"] == "cli-tenant"
+    again = cli("tenants", "create", "cli-tenant")
+    assert (again.code, "already exists" in again.err) == (2, True)
+    listed = cli("tenants", "list", "--json").json()["tenants"]
+    assert "cli-tenant" in [t["name"] for t in listed]
+    assert cli("tenants", "show", "cli-tenant").code == 0
+    assert cli("tenants", "delete", "cli-tenant").code == 0
+    gone = cli("tenants", "show", "cli-tenant")
+    assert (gone.code, "does not exist" in gone.err) == (2, True)
+
+
+def test_keys_are_made_with_database_access_and_work_against_the_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    assert run(["keys", "create", "--name", "ops", "--role", "admin", "--db", db, "--json"]) == 0
+    created = json.loads(capsys.readouterr().out)
+    assert set(created) == {
+        "id", "key", "prefix", "name", "role", "tenant", "created_at", "expires_at",
+    }  # fmt: skip
+    assert created["key"].startswith(created["prefix"])
+    bad = run(["keys", "create", "--name", "t", "--role", "tenant-read", "--db", db])
+    assert bad == 2
+    assert "tenant" in capsys.readouterr().err
+    assert run(["keys", "list", "--db", db, "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["keys"]
+    assert (listed["id"], listed["revoked_at"]) == (created["id"], None)
+    assert "key" not in listed
+    assert run(["keys", "revoke", created["id"], "--db", db]) == 0
+    assert created["prefix"] in capsys.readouterr().out
+    assert run(["keys", "list", "--db", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["keys"][0]["revoked_at"] is not None
+    assert run(["keys", "revoke", "key_nope", "--db", db]) == 2
+    assert "does not exist" in capsys.readouterr().err

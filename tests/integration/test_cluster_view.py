@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from tickwork.services.cluster import assemble
 from tickwork.settings import Settings
 from tickwork.store.base import NodeAnnouncement
 from tickwork.store.memory import MemoryStore
+from tickwork.testing import mint_key
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
 SEC = timedelta(seconds=1)
@@ -108,10 +110,11 @@ def test_without_workers_the_table_queue_is_shown_from_the_store() -> None:
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[str, MemoryStore, ManualClock]]:
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, MemoryStore, ManualClock]]:
     clock = ManualClock(NOW)
     store = MemoryStore(clock=clock, partitions=8)
     asyncio.run(_populate(store, clock))
+    monkeypatch.setenv("TICKWORK_API_KEY", asyncio.run(mint_key(store, clock=clock)))
     app = create_app(store=store, clock=clock, settings=Settings())
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -160,7 +163,8 @@ def test_get_cluster_and_the_cli_show_the_same_cluster(
     served: tuple[str, MemoryStore, ManualClock], capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, _, _ = served
-    body = httpx.get(url + "/v1/cluster").json()
+    key = os.environ["TICKWORK_API_KEY"]  # the CLI sends it too
+    body = httpx.get(url + "/v1/cluster", headers={"Authorization": f"Bearer {key}"}).json()
     assert body["partition_count"] == 8
     [scheduler] = body["schedulers"]
     assert scheduler["id"] == "s1"

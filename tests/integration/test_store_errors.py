@@ -16,7 +16,7 @@ from tickwork.clock import SystemClock
 from tickwork.errors import StoreError, StoreUnavailable
 from tickwork.settings import Settings
 from tickwork.store.postgres import PostgresStore
-from tickwork.testing import ThrowawayPostgres
+from tickwork.testing import ThrowawayPostgres, mint_key
 
 pytestmark = pytest.mark.postgres
 
@@ -34,10 +34,16 @@ async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
         await opened.close()
 
 
-def client_for(store: PostgresStore) -> httpx.AsyncClient:
+async def client_for(store: PostgresStore) -> httpx.AsyncClient:
+    """A client of an app on `store`, sending an admin key minted in it."""
+    key = await mint_key(store)
     app = create_app(store=store, clock=SystemClock(), settings=Settings())
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://tickwork.test")
+    return httpx.AsyncClient(
+        transport=transport,
+        base_url="http://tickwork.test",
+        headers={"Authorization": f"Bearer {key}"},
+    )
 
 
 async def _backend_waiting_on_a_lock(admin: asyncpg.Connection) -> int:
@@ -58,7 +64,7 @@ async def test_a_connection_killed_under_a_request_is_a_503_with_retry_after(
 ) -> None:
     admin = await asyncpg.connect(pg_dsn)
     try:
-        async with client_for(store) as client:
+        async with await client_for(store) as client:
             # Hold the jobs table so the request's statement is in flight on the server.
             locker = admin.transaction()
             await locker.start()
@@ -86,7 +92,7 @@ async def test_a_database_that_went_away_is_a_503_on_every_route_it_backs(
     store = PostgresStore(throwaway_pg.dsn(), pool_size=2)
     await store.open()
     try:
-        async with client_for(store) as client:
+        async with await client_for(store) as client:
             assert (await client.get("/v1/jobs")).status_code == 200
             throwaway_pg.stop("immediate")  # a crash: every pooled connection dies
             for method, path in [

@@ -1,17 +1,30 @@
-"""Run `tickwork up` as a real subprocess and talk to it over HTTP."""
+"""Run `tickwork up` as a real subprocess and talk to it over HTTP.
+
+Every process of one database shares a data directory (`data_dir_for`): the first API process
+on a database without keys writes its admin key there, and `call` sends it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import sys
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from tickwork.testing import free_port
+
+
+def data_dir_for(db_url: str) -> Path:
+    """The data directory the test processes of `db_url` share."""
+    digest = hashlib.sha256(db_url.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "tw-test-data" / digest
 
 
 @dataclass
@@ -35,6 +48,7 @@ class UpProcess:
             **os.environ,
             "TICKWORK_LOG_LEVEL": "warning",
             "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",  # the test receiver is on loopback
+            "TICKWORK_DATA_DIR": str(data_dir_for(self.db_url)),
             **self.extra_env,
         }
         self.proc = await asyncio.create_subprocess_exec(
@@ -65,6 +79,13 @@ class UpProcess:
         async with asyncio.timeout(timeout_s):
             return await self.proc.wait()
 
+    def api_key(self) -> str | None:
+        """The admin key an API process of this database wrote at its first start."""
+        path = data_dir_for(self.db_url) / "admin.key"
+        return path.read_text().strip() if path.exists() else None
+
     async def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        async with httpx.AsyncClient(base_url=self.api, timeout=10) as client:
+        key = self.api_key()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        async with httpx.AsyncClient(base_url=self.api, timeout=10, headers=headers) as client:
             return await client.request(method, path, **kwargs)

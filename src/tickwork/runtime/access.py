@@ -1,10 +1,10 @@
 """Keys at start-up: the embedded default's first admin key, and no open API on a network.
 
-`tickwork up` on a database without any usable key mints an admin key and writes it to
-`admin.key` in the data directory (mode 0600, the directory 0700), where the CLI finds it: the
-two-command start keeps working, and nothing is open. An API that listens on anything but
-loopback refuses to start while no usable key exists: it would answer 401 to everyone, and the
-likely cause is a deployment that forgot `tickwork keys create`.
+`tickwork up` (or `tickwork api` on loopback) on a database without any usable key mints an
+admin key and writes it to `admin.key` in the data directory (mode 0600, the directory 0700),
+where the CLI finds it: the two-command start keeps working, and nothing is open. An API that
+listens on anything but loopback refuses to start while no usable key exists: it would answer
+401 to everyone, and the likely cause is a deployment that forgot `tickwork keys create`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from tickwork.queue.base import Queue
 from tickwork.scheduler.partitions import KeeperConfig, PartitionKeeper
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.services.keys import KeyService
-from tickwork.settings import Settings, data_dir, sqlite_path
+from tickwork.settings import Settings, data_dir
 from tickwork.store.base import ScheduleStore
 from tickwork.tasks import DEFAULT_REGISTRY, import_task_modules
 from tickwork.version import tickwork_version
@@ -45,7 +45,7 @@ from tickwork.worker.executors.task import TaskRunner
 from tickwork.worker.executors.webhook import WebhookRunner
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
-from .access import bootstrap_admin_key, refuse_open_network_api
+from .access import bootstrap_admin_key, is_loopback_host, refuse_open_network_api
 from .factory import store_for_url
 
 log = logging.getLogger("tickwork.up")
@@ -385,10 +385,10 @@ class _QuietServer(uvicorn.Server):
 async def _prepare_keys(
     store: ScheduleStore, clock: Clock, settings: Settings, roles: frozenset[Role]
 ) -> None:
-    """`tickwork up` (or an API on SQLite) with no key yet mints the first admin key into the
-    data directory; an API beyond loopback without any key refuses to start."""
+    """`tickwork up`, or an API on loopback, with no usable key yet mints the first admin key
+    into the data directory; an API beyond loopback without any key refuses to start."""
     keys = KeyService(store, clock)
-    if roles == ALL_ROLES or sqlite_path(settings.database_url) is not None:
+    if roles == ALL_ROLES or is_loopback_host(settings.host):
         written = await bootstrap_admin_key(keys, data_dir(settings))
         if written is not None:
             print(

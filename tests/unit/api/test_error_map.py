@@ -20,6 +20,7 @@ from tickwork.queue.errors import QueueUnavailable
 from tickwork.settings import Settings
 from tickwork.store.base import JobQuery
 from tickwork.store.memory import MemoryStore
+from tickwork.testing import mint_key
 from tickwork.webhooks import WebhookVerificationError
 from tickwork.worker.executors.ssrf import EgressRefused
 
@@ -78,9 +79,12 @@ async def failing() -> AsyncIterator[tuple[FailingStore, httpx.AsyncClient]]:
     store = FailingStore()
     await store.open()
     clock = ManualClock(datetime(2026, 1, 1, tzinfo=UTC))
+    key = await mint_key(store, clock=clock)
     app = create_app(store=store, clock=clock, settings=Settings())
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://t.test") as client:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://t.test", headers={"Authorization": f"Bearer {key}"}
+    ) as client:
         yield store, client
     await store.close()
 
