@@ -186,7 +186,7 @@ async def roles(
     port = free_port()
     extra = {"TICKWORK_QUEUE_URL": queue_url} if queue_url else {}
     # The API writes its first admin key there (`api_key`).
-    extra |= {"TICKWORK_DATA_DIR": str(_data_dir(env, tag))}
+    extra |= {"TICKWORK_DATA_DIR": str(_data_dir(env, tag)), "TICKWORK_API_KEY_RATE": "0"}
     argv = {"api": ["--port", str(port)], "scheduler": [], "worker": list(worker_args)}
     children = await asyncio.gather(
         *(_start_role(env, role, url, argv[role], tag, extra) for role in ROLES),

@@ -116,6 +116,7 @@ async def _with_tickwork(
             "TICKWORK_LOG_LEVEL": "warning",
             "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",
             "TICKWORK_DATA_DIR": str(data),  # its first admin key goes there
+            "TICKWORK_API_KEY_RATE": "0",  # the bench creates jobs as fast as it can
         },
     )
     env.attribution.named[up.pid] = "tickwork"

@@ -159,6 +159,7 @@ class Cluster:
             "TICKWORK_LOG_LEVEL": "warning",
             # The API (on loopback) writes its first admin key here (`admin_key`).
             "TICKWORK_DATA_DIR": str(self.config.workdir / name),
+            "TICKWORK_API_KEY_RATE": "0",  # jobs are created as fast as the API takes them
         }
         if name == SCHEDULERS[0] and self.config.skew_s:
             library = faketime_library()

@@ -13,6 +13,7 @@ TickworkError
  +-- Unauthenticated       no API key, or one that is unknown, revoked or expired (HTTP 401)
  +-- Forbidden             the key's role does not allow this (HTTP 403); a resource of
  |                         another tenant is NotFound instead, as if it did not exist
+ +-- RateLimited           the key sent more requests than its limit (HTTP 429, Retry-After)
  +-- StoreError            the schedule store failed: it refused a statement, the schema is
  |    |                    missing or newer, a migration failed (HTTP 503, CLI exit 1)
  |    +-- StoreUnavailable the store cannot be reached right now: connection refused, dropped
@@ -98,6 +99,16 @@ class TenantHasJobs(Conflict):
         )
         self.tenant = tenant
         self.jobs = jobs
+
+
+class RateLimited(TickworkError):
+    """Too many requests with one key; `retry_after_s` says when the next one is admitted."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class StoreError(TickworkError):

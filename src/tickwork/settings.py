@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     data_dir: str | None = Field(
         None, description="admin.key and other local state; default: the SQLite file's folder"
     )
+    api_key_rate: float = Field(
+        200.0,
+        ge=0,
+        description="requests per second one key may send to one API process; 0: no limit",
+    )
+    api_key_burst: int = Field(1000, ge=1, description="requests one key may send back to back")
     open_ops: bool = Field(
         False, description="serve /metrics, /docs, /openapi.json without a key to any address"
     )

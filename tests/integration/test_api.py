@@ -45,7 +45,9 @@ async def serve(store: MemoryStore) -> AsyncIterator[Api]:
     await store.open()
     clock = ManualClock(NOW)
     key = await mint_key(store, clock=clock)
-    app = create_app(store=store, clock=clock, settings=Settings(max_body_bytes=MAX_BODY))
+    # No per-key limit: the manual clock stands still, so no bucket would ever refill.
+    settings = Settings(max_body_bytes=MAX_BODY, api_key_rate=0)
+    app = create_app(store=store, clock=clock, settings=settings)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(
         transport=transport,

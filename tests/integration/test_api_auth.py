@@ -9,11 +9,14 @@ from typing import Any
 import httpx
 import pytest
 
+from tickwork.api.app import create_app
+from tickwork.clock import ManualClock
 from tickwork.domain.runs import RunStatus
+from tickwork.settings import Settings
 from tickwork.store.memory import MemoryStore
 from tickwork.testing import mint_key
 
-from .test_api import Api, create, error_of, job_body, serve
+from .test_api import NOW, Api, create, error_of, job_body, serve
 from .test_dead_letters_api import attempt, triggered
 
 
@@ -284,3 +287,31 @@ async def test_keys_of_an_admin_minted_in_the_store_work(api: Api) -> None:
     key = await mint_key(api.store, role="tenant-read", tenant="globex", clock=api.clock)
     async with api.client_with(key) as client:
         assert (await client.get("/v1/jobs")).status_code == 200
+
+
+async def test_a_key_over_its_rate_is_told_when_to_come_back() -> None:
+    store = MemoryStore()
+    await store.open()
+    clock = ManualClock(NOW)
+    key = await mint_key(store, clock=clock)
+    other = await mint_key(store, clock=clock, name="other")
+    settings = Settings(api_key_rate=2, api_key_burst=3)
+    app = create_app(store=store, clock=clock, settings=settings)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+
+    def client(k: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            transport=transport, base_url="http://t.test", headers={"Authorization": f"Bearer {k}"}
+        )
+
+    async with client(key) as busy, client(other) as calm:
+        assert [(await busy.get("/v1/jobs")).status_code for _ in range(3)] == [200] * 3
+        refused = await busy.get("/v1/jobs")
+        error = error_of(refused, 429)
+        assert error["code"] == "rate_limited"
+        assert refused.headers["Retry-After"] == "1"  # half a second, rounded up
+        assert (await calm.get("/v1/jobs")).status_code == 200  # per key
+        clock.advance(timedelta(milliseconds=500))  # one token back at 2 per second
+        assert (await busy.get("/v1/jobs")).status_code == 200
+        assert (await busy.get("/v1/jobs")).status_code == 429
+    await store.close()

@@ -24,6 +24,7 @@ from tickwork.services.keys import KeyService
 from tickwork.services.tenants import TenantService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
+from tickwork.timing.rate_limit import Limit
 from tickwork.version import tickwork_version
 
 API_DESCRIPTION = f"""{_package_doc}
@@ -53,7 +54,8 @@ def create_app(
         clock=clock,
     )
     app.state.cluster = ClusterService(store, clock)
-    app.state.keys = keys = KeyService(store, clock)
+    limit = Limit(rate=settings.api_key_rate, burst=settings.api_key_burst)
+    app.state.keys = keys = KeyService(store, clock, limit=limit)
     install_error_handlers(app)
     if not ops_only:
         app.include_router(v1)

@@ -5,6 +5,7 @@ Which exception becomes which response (tickwork's own errors: `ERROR_MAP`, firs
     exception                          status  code
     Unauthenticated                    401     "unauthenticated", with WWW-Authenticate
     Forbidden                          403     "forbidden"
+    RateLimited                        429     "rate_limited", with Retry-After (its own wait)
     InvalidInput                       422     its own (default "invalid"), with its field
     NotFound / unknown route           404     "not_found"
       ... NotDeadLettered              404     "not_dead_lettered"
@@ -43,11 +44,13 @@ from tickwork.errors import (
     Forbidden,
     InvalidInput,
     NotFound,
+    RateLimited,
     StoreError,
     TickworkError,
     Unauthenticated,
 )
 from tickwork.queue.errors import QueueError
+from tickwork.timing.rate_limit import retry_after_header
 
 # A store or queue that failed is usually back within seconds (a restart, a failover).
 RETRY_AFTER_S = 1
@@ -125,6 +128,7 @@ ERROR_MAP: tuple[tuple[type[TickworkError], Mapped], ...] = (
         Mapped(status=401, headers={"WWW-Authenticate": 'Bearer realm="tickwork"'}),
     ),
     (Forbidden, Mapped(status=403)),
+    (RateLimited, Mapped(status=429)),
     (NotFound, Mapped(status=404)),
     (Conflict, Mapped(status=409)),
     (
@@ -155,6 +159,8 @@ async def _tickwork_error(request: Request, exc: TickworkError) -> JSONResponse:
     headers = dict(mapped.headers or {})
     if mapped.retry_after_s is not None:
         headers["Retry-After"] = str(mapped.retry_after_s)
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = retry_after_header(exc.retry_after_s)
     code = mapped.code or exc.code
     return error_response(mapped.status, code, f"{mapped.prefix}{exc}", headers=headers or None)
 

@@ -15,9 +15,10 @@ from typing import Final
 
 from tickwork.clock import Clock, utc_iso
 from tickwork.domain.keys import ApiKey, MintedKey, Principal, Role, hash_key, mint_key
-from tickwork.errors import InvalidInput, Unauthenticated
+from tickwork.errors import InvalidInput, RateLimited, Unauthenticated
 from tickwork.services.rules import check_tenant
 from tickwork.store.base import ScheduleStore
+from tickwork.timing.rate_limit import Buckets, Limit
 
 __all__ = ["CACHE_S", "CreatedKey", "KeyService"]
 
@@ -25,6 +26,7 @@ CACHE_S: Final = 1.0  # a revocation reaches every API process within this long
 TOUCH_EVERY_S: Final = 30.0
 MAX_NAME = 100
 BEARER = "bearer"
+NO_LIMIT: Final = Limit(rate=0, burst=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +38,10 @@ class CreatedKey:
 
 
 class KeyService:
-    def __init__(self, store: ScheduleStore, clock: Clock) -> None:
+    def __init__(self, store: ScheduleStore, clock: Clock, *, limit: Limit = NO_LIMIT) -> None:
         self._store = store
         self._clock = clock
+        self._buckets = Buckets(limit)
         self._cache: dict[str, tuple[float, ApiKey | None]] = {}  # hash -> (read at, key)
         self._used: dict[str, datetime] = {}  # key id -> last use not yet written
         self._touched_at = float("-inf")  # the first use is written at once
@@ -120,7 +123,18 @@ class KeyService:
         if not key.usable_at(now):
             raise Unauthenticated(f"the API key {key.prefix}... has expired")
         await self._note_use(key.id, now)
+        wait_s = self._buckets.take(key.id, self._clock.monotonic_s())
+        if wait_s > 0:
+            raise RateLimited(
+                f"too many requests with key {key.prefix}...: this API process admits "
+                f"{self._limit_text()} per key; retry after the Retry-After seconds",
+                retry_after_s=wait_s,
+            )
         return Principal(key_id=key.id, role=key.role, tenant=key.tenant)
+
+    def _limit_text(self) -> str:
+        limit = self._buckets.limit
+        return f"{limit.rate:g} requests per second (bursts of {limit.burst})"
 
     async def _lookup(self, secret_hash: str) -> ApiKey | None:
         at = self._clock.monotonic_s()
