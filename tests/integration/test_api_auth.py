@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import stat
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +18,7 @@ from tickwork.clock import ManualClock
 from tickwork.domain.runs import RunStatus
 from tickwork.settings import Settings
 from tickwork.store.memory import MemoryStore
+from tickwork.store.sqlite import SqliteStore
 from tickwork.testing import mint_key
 
 from .test_api import NOW, Api, create, error_of, job_body, serve
@@ -314,4 +319,22 @@ async def test_a_key_over_its_rate_is_told_when_to_come_back() -> None:
         clock.advance(timedelta(milliseconds=500))  # one token back at 2 per second
         assert (await busy.get("/v1/jobs")).status_code == 200
         assert (await busy.get("/v1/jobs")).status_code == 429
+    await store.close()
+
+
+def test_the_embedded_database_and_its_folder_are_private(tmp_path: Path) -> None:
+    """What `tickwork up` creates holds credentials: owner-only modes, whatever the umask."""
+    folder = tmp_path / "fresh" / ".tickwork"
+    store = SqliteStore(folder / "tickwork.db")
+    old = os.umask(0o022)
+    try:
+        asyncio.run(_open_and_close(store))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "tickwork.db").stat().st_mode) == 0o600
+
+
+async def _open_and_close(store: SqliteStore) -> None:
+    await store.open()
     await store.close()

@@ -53,6 +53,7 @@ from sqlalchemy.pool import NullPool
 
 from tickwork.domain.partitions import check_partitions
 from tickwork.errors import InvalidInput, StoreError, TickworkError
+from tickwork.store.sqlite.connection import create_private
 
 __all__ = [
     "MIGRATE_LOCK_KEY",
@@ -156,7 +157,7 @@ async def upgrade(url: str, revision: str = "head", *, partitions: int | None = 
             raise InvalidInput("partitions", str(exc)) from None
     if target.sqlite_file is not None:
         try:
-            target.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+            create_private(target.sqlite_file)
         except OSError as exc:
             raise StoreError(
                 f"cannot create the directory for {target.shown}: {exc}; "

@@ -17,6 +17,7 @@ A failed statement inside a transaction rolls the transaction back before the er
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,9 +26,22 @@ from typing import TypeVar
 
 from tickwork.errors import StoreError, StoreUnavailable
 
-__all__ = ["Connection", "immediate", "store_error"]
+__all__ = ["Connection", "create_private", "immediate", "store_error"]
 
 T = TypeVar("T")
+
+
+def create_private(path: Path) -> None:
+    """Make the database's folder (0700 if this creates it) and an empty database file readable
+    by its owner only (0600), before SQLite creates it with the umask's mode: the file holds
+    webhook credentials and API key hashes. An existing file or folder keeps its mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)  # an empty file is an empty SQLite database
+
 
 BUSY_TIMEOUT_S = 30.0
 # Messages of OperationalError that mean "not now" rather than "never": (fragment, what).

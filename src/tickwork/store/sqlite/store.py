@@ -45,7 +45,7 @@ from tickwork.store.base import (
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement, load_statements
 from tickwork.store.sql.reads import SqlReads, floor_us
-from tickwork.store.sqlite.connection import Connection, immediate
+from tickwork.store.sqlite.connection import Connection, create_private, immediate
 
 T = TypeVar("T")
 
@@ -63,7 +63,7 @@ class SqliteStore(SqlReads):
         self._partitions = DEFAULT_PARTITIONS
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private(self.path)
         if self._migrate:
             from tickwork.store.migrate import upgrade
 
