@@ -10,12 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from tickwork.api.audit import noted
 from tickwork.api.auth import Admin, Caller, visible_tenant
 from tickwork.api.schemas import Instant, InstantOut
 from tickwork.clock import utc_iso
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.keys import ApiKey, Role
 from tickwork.domain.tenants import Tenant
 from tickwork.services.keys import CreatedKey, KeyService
@@ -136,6 +138,7 @@ async def create_key(request: Request, who: Admin, body: KeyCreate) -> KeyCreate
     created = await _keys(request).create(
         name=body.name, role=body.role, tenant=body.tenant, expires_at=body.expires_at
     )
+    noted(resource=f"key {created.key.id}", tenant=created.key.tenant)
     return KeyCreated.of(created)
 
 
@@ -151,9 +154,66 @@ async def revoke_key(request: Request, who: Admin, key_id: KeyIdPath) -> KeyOut:
     return KeyOut.of(await _keys(request).revoke(key_id))
 
 
+class AuditOut(_Output):
+    id: int
+    at: InstantOut
+    key_id: str | None
+    key_prefix: str | None
+    role: str | None
+    actor_tenant: str | None = Field(description="the tenant of the key that made the change")
+    action: str = Field(examples=["PATCH /v1/jobs/{job_id}"])
+    resource: str | None = Field(examples=["job 0192b0c4d2a87f3e9c1b2a3d4e5f6a7b"])
+    tenant: str | None = Field(description="the tenant the changed resource belongs to")
+    status: int = Field(description="the HTTP status of the answer")
+    client: str | None = Field(description="the caller's address")
+
+    @classmethod
+    def of(cls, e: AuditEntry) -> AuditOut:
+        assert e.id is not None
+        return cls(
+            id=e.id,
+            at=utc_iso(e.at),
+            key_id=e.key_id,
+            key_prefix=e.key_prefix,
+            role=e.role,
+            actor_tenant=e.actor_tenant,
+            action=e.action,
+            resource=e.resource,
+            tenant=e.tenant,
+            status=e.status,
+            client=e.client,
+        )
+
+
+class AuditList(_Output):
+    entries: list[AuditOut]
+    next_before: int | None = Field(description="pass as `before` for the next (older) page")
+
+
+@router.get("/audit", tags=["audit"])
+async def list_audit(
+    request: Request,
+    who: Admin,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    tenant: Annotated[str | None, Query(min_length=1, max_length=100)] = None,
+    key_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+) -> AuditList:
+    """Every change made through the API (and every refused attempt with a valid key), newest
+    first: who (key), what (route, resource, tenant, status), when and from where."""
+    store = request.app.state.tickwork.store
+    found = await store.list_audit(
+        limit=limit + 1, before_id=before, tenant=tenant, key_id=key_id
+    )
+    page = found[:limit]
+    next_before = page[-1].id if len(found) > limit else None
+    return AuditList(entries=[AuditOut.of(e) for e in page], next_before=next_before)
+
+
 @router.post("/tenants", status_code=201, tags=["tenants"])
 async def create_tenant(request: Request, who: Admin, body: TenantCreate) -> TenantOut:
     """A new tenant; 409 `tenant_exists` if it exists."""
+    noted(resource=f"tenant {body.name}", tenant=body.name)
     return TenantOut.of(await _tenants(request).create(body.name))
 
 
@@ -174,5 +234,6 @@ async def get_tenant(request: Request, who: Caller, name: TenantPath) -> TenantO
 async def delete_tenant(request: Request, who: Admin, name: TenantPath) -> Response:
     """Delete a tenant that has no jobs (409 `tenant_has_jobs` otherwise) and revoke its
     keys."""
+    noted(tenant=name)
     await _tenants(request).delete(name)
     return Response(status_code=204)

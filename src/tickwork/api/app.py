@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI
 
 from tickwork import __doc__ as _package_doc
 from tickwork.api.access import router as access_routes
+from tickwork.api.audit import AuditTrail
 from tickwork.api.auth import OpsGuard, admin, caller
 from tickwork.api.cluster import router as cluster_routes
 from tickwork.api.errors import install_error_handlers
@@ -62,6 +63,7 @@ def create_app(
         app.include_router(access_routes, prefix="/v1", dependencies=[Depends(caller)])
         app.include_router(cluster_routes, prefix="/v1", dependencies=[Depends(admin)])
     app.include_router(ops)
+    app.add_middleware(AuditTrail, store=store, clock=clock)
     app.add_middleware(OpsGuard, keys=keys, open_ops=settings.open_ops)
     app.add_middleware(EdgeMiddleware, max_body_bytes=settings.max_body_bytes)
     return app

@@ -23,6 +23,7 @@ from typing import Annotated, Final
 from fastapi import Depends, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tickwork.api.audit import noted
 from tickwork.api.errors import error_response
 from tickwork.domain.jobs import Job
 from tickwork.domain.keys import Principal
@@ -53,7 +54,9 @@ def _keys(request: Request) -> KeyService:
 
 async def caller(request: Request) -> Principal:
     """The principal of the request's key; Unauthenticated (401) without a usable one."""
-    return await _keys(request).authenticate(request.headers.get("authorization"))
+    principal = await _keys(request).authenticate(request.headers.get("authorization"))
+    noted(principal=principal)
+    return principal
 
 
 Caller = Annotated[Principal, Depends(caller)]
@@ -79,6 +82,7 @@ def job_for(principal: Principal, job: Job) -> Job:
     """`job` if the principal may see it; NotFound as for a missing job otherwise."""
     if not principal.sees(job.tenant):
         raise NotFound("job", job.id)
+    noted(tenant=job.tenant)
     return job
 
 
@@ -95,6 +99,7 @@ def visible_tenant(principal: Principal, tenant: str) -> str:
     """`tenant` if the principal may see it; NotFound as for a missing tenant otherwise."""
     if not principal.sees(tenant):
         raise NotFound("tenant", tenant)
+    noted(tenant=tenant)
     return tenant
 
 

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import tickwork.metrics  # noqa: F401 - registers the process's collectors before /metrics reads them
+from tickwork.api.audit import noted
 from tickwork.api.auth import Caller, Writer, caller, job_for, tenant_scope, visible_tenant
 from tickwork.api.errors import error_response
 from tickwork.api.schemas import (
@@ -99,6 +100,7 @@ async def create_job(ctx: Ctx, who: Writer, body: JobCreate, response: Response)
     if not who.sees(spec.tenant):
         raise unknown_tenant(spec.tenant)
     job = await ctx.jobs.create(spec)
+    noted(resource=f"job {job.id}", tenant=job.tenant)
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return JobOut.of(job)
 

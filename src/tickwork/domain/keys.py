@@ -81,6 +81,7 @@ class Principal:
     key_id: str
     role: Role
     tenant: str | None
+    key_prefix: str | None = None  # for the audit trail and logs
 
     @property
     def is_admin(self) -> bool:

@@ -130,7 +130,7 @@ class KeyService:
                 f"{self._limit_text()} per key; retry after the Retry-After seconds",
                 retry_after_s=wait_s,
             )
-        return Principal(key_id=key.id, role=key.role, tenant=key.tenant)
+        return Principal(key_id=key.id, role=key.role, tenant=key.tenant, key_prefix=key.prefix)
 
     def _limit_text(self) -> str:
         limit = self._buckets.limit
