@@ -69,6 +69,8 @@ async def dead_letter(store: MemoryStore, job_id: str, n: int) -> int:
 async def queue(store: MemoryStore, clock: ManualClock) -> dict[str, list[int]]:
     """Five dead letters of acme's two jobs, two of globex's one: run ids by tenant, newest
     first."""
+    for tenant in ("acme", "globex"):
+        await store.create_tenant(tenant, now=NOW)  # jobs name existing tenants
     acme = [await job_of(store, clock, "acme") for _ in range(2)]
     globex = await job_of(store, clock, "globex")
     runs: dict[str, list[int]] = {"acme": [], "globex": []}
