@@ -3,21 +3,26 @@
 A hypothesis state machine applies every operation to MemoryStore, SqliteStore and
 PostgresStore in turn and compares what each returns (values, counts, and the type of any
 exception it raised); after every step it compares everything a caller can observe: jobs,
-runs, attempts, dead letters, tenants and the table queue's figures. The memory store is the
+runs, attempts, dead letters (all, and each tenant's), tenants, API keys and the table queue's
+figures. The memory store is the
 contract in its plainest form, so a failure names the SQL backend that differs from it; which
 one is right is for store/base.py's docstrings to say.
 
 What legitimately differs is mapped, not compared: run ids come from each backend's own
 sequence (PostgreSQL's skips the values an `ON CONFLICT DO NOTHING` consumed), so runs are
 named by their occurrence key, which all three derive the same way, and attempt ids are left
-out. Calls whose result the contract leaves open are not generated: a lease or prune `limit`
+out; where one claim inserted several runs, which gets the lower id is each backend's own, so
+lists of several jobs' runs in id order are checked for that order per backend and compared by
+key. Calls whose result the contract leaves open are not generated: a lease or prune `limit`
 that would have to choose between equally old rows; two plans for one job in one claim batch
 (the scheduler reads each due job once); and one lease named twice in a `finish_runs` or
 `extend_leases` batch (PostgreSQL applies or counts it once, the others once per entry; no
 caller sends that).
 
 Time is a manual `now` that a rule advances; nothing reads the wall clock. The stores run on
-one event loop that lives as long as the test; each example starts from empty tables.
+one event loop that lives as long as the test; each example starts from empty tables (and a
+MemoryStore without its `default` tenant; every example creates `default` on all three first,
+as the migration does).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from tickwork.domain.jobs import (
     TaskTarget,
     WebhookTarget,
 )
+from tickwork.domain.keys import ApiKey, Role, hash_key
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome, RunStatus
 from tickwork.errors import InvalidInput, TickworkError
@@ -90,7 +96,9 @@ OWNERS = ("w1", "w2")
 SECRETS = tuple("whsec_" + base64.b64encode(bytes([n]) * 32).decode() for n in range(1, 4))
 RETRY = RetryPolicy(max_attempts=3, base_delay_ms=250, max_delay_ms=1000, multiplier=3.0)
 ALERT = AlertTarget(url="http://127.0.0.1:9/alert", headers={"x-pager": "ops"})
-RESET_SQL = ("tw_attempts", "tw_runs", "tw_jobs", "tw_tenants")
+RESET_SQL = ("tw_attempts", "tw_runs", "tw_jobs", "tw_tenants", "tw_api_keys")
+KEY_IDS = tuple(f"key-{n}" for n in range(1, 5))  # create_key draws from these: some collide
+KEY_HASHES = tuple(hash_key(f"tw_0000000{n}_secret") for n in range(1, 5))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,7 +125,9 @@ class Backends:
             for table in RESET_SQL:
                 conn.execute(f"DELETE FROM {table}")
         self.runner.run(self.pg_admin.execute(f"TRUNCATE {', '.join(RESET_SQL)}"))
-        return {"memory": MemoryStore(), "sqlite": self.sqlite, "postgres": self.postgres}
+        memory = MemoryStore()
+        self.runner.run(memory.delete_tenant("default", now=T0))  # empty, like the tables
+        return {"memory": memory, "sqlite": self.sqlite, "postgres": self.postgres}
 
 
 @contextmanager
@@ -273,6 +283,15 @@ class StoresAgree(RuleBasedStateMachine):
     def runs_view(self, name: str, runs: list[Run]) -> list[Run]:
         return [self.run_view(name, run) for run in runs]  # order kept: it is specified
 
+    def newest_first_view(self, name: str, runs: list[Run]) -> list[Run]:
+        """A list of several jobs' runs, newest id first (the dead-letter queue): each backend
+        must list its own ids in that order, but which of the runs one claim inserts gets the
+        lower id is each backend's (PostgreSQL numbers them in job id order, memory in plan
+        order), so the runs themselves are compared by key."""
+        ids = [run.id for run in runs]
+        assert ids == sorted(ids, reverse=True), f"{name} did not list newest id first: {ids}"
+        return sorted(self.runs_view(name, runs), key=lambda run: run.key)
+
     def attempts_view(self, name: str, attempts: list[AttemptRecord]) -> list[tuple[str, Any]]:
         return [(self.key(name, a.run_id), replace(a, id=0, run_id=0)) for a in attempts]
 
@@ -413,6 +432,80 @@ class StoresAgree(RuleBasedStateMachine):
         self.agree(
             "set_tenant_secrets",
             self.each(lambda _, s: s.set_tenant_secrets(tenant, secrets, now=now)),
+        )
+
+    # -- tenants and API keys ------------------------------------------------------------------
+
+    @initialize()
+    def default_tenant(self) -> None:
+        """Every database starts with `default` (migration 0006)."""
+        now = self.now
+        self.agree(
+            "create_tenant(default)", self.each(lambda _, s: s.create_tenant("default", now=now))
+        )
+
+    @rule(tenant=st.sampled_from(TENANTS))
+    def create_tenant(self, tenant: str) -> None:
+        now = self.now
+        self.agree(
+            f"create_tenant({tenant})", self.each(lambda _, s: s.create_tenant(tenant, now=now))
+        )
+
+    @rule(tenant=st.sampled_from(TENANTS))
+    def delete_tenant(self, tenant: str) -> None:
+        now = self.now
+        self.agree(
+            f"delete_tenant({tenant})", self.each(lambda _, s: s.delete_tenant(tenant, now=now))
+        )
+
+    @rule(data=st.data())
+    def create_key(self, data: st.DataObject) -> None:
+        role = data.draw(st.sampled_from(Role), label="role")
+        key = ApiKey(
+            id=data.draw(st.sampled_from(KEY_IDS), label="key id"),
+            name="a key",
+            role=role,
+            tenant=None
+            if role is Role.ADMIN
+            else data.draw(st.sampled_from(TENANTS), label="tenant"),
+            prefix="tw_00000000",
+            secret_hash=data.draw(st.sampled_from(KEY_HASHES), label="hash"),
+            created_at=self.now,
+            expires_at=data.draw(st.sampled_from([None, self.now + 3600 * SEC]), label="expires"),
+        )
+        self.agree(f"create_key({key})", self.each(lambda _, s: s.create_key(key)))
+
+    @rule(key_id=st.sampled_from(KEY_IDS))
+    def revoke_key(self, key_id: str) -> None:
+        now = self.now
+        self.agree(f"revoke_key({key_id})", self.each(lambda _, s: s.revoke_key(key_id, now=now)))
+
+    @rule(data=st.data())
+    def touch_keys(self, data: st.DataObject) -> None:
+        """What the API reports after a while: when each key was last used (an older instant
+        than the stored one must not move it back)."""
+        ids = data.draw(st.lists(st.sampled_from(KEY_IDS), max_size=3, unique=True), label="ids")
+        ago = st.sampled_from([0, 1, 1_000_000])
+        used = {key_id: self.now - data.draw(ago, label="us ago") * US for key_id in ids}
+        self.agree(f"touch_keys({used})", self.each(lambda _, s: s.touch_keys(used)))
+
+    # Reads by key and by tenant: rules rather than part of the check after every step (the
+    # full lists are compared there), which stays about as fast as before keys existed.
+
+    @rule(n=st.integers(0, len(KEY_IDS) - 1))
+    def read_key(self, n: int) -> None:
+        key_id, secret_hash = KEY_IDS[n], KEY_HASHES[n]
+        self.agree(f"get_key({key_id})", self.each(lambda _, s: s.get_key(key_id)))
+        self.agree("key_by_hash", self.each(lambda _, s: s.key_by_hash(secret_hash)))
+
+    @rule(tenant=st.sampled_from(TENANTS))
+    def read_tenants_share(self, tenant: str) -> None:
+        """What a tenant-scoped key sees: its tenant's keys and dead letters."""
+        self.agree(f"list_keys({tenant})", self.each(lambda _, s: s.list_keys(tenant=tenant)))
+        self.agree(
+            f"list_dead_letters({tenant})",
+            self.each(lambda _, s: s.list_dead_letters(limit=BIG, tenant=tenant)),
+            self.newest_first_view,
         )
 
     # -- the fire path -----------------------------------------------------------------------
@@ -646,10 +739,12 @@ class StoresAgree(RuleBasedStateMachine):
         self.agree(
             "list_dead_letters",
             self.each(lambda _, s: s.list_dead_letters(limit=BIG)),
-            self.runs_view,
+            self.newest_first_view,
         )
         for tenant in TENANTS:
             self.check_tenant(tenant)
+        self.agree("list_tenants", self.each(lambda _, s: s.list_tenants()))
+        self.agree("list_keys", self.each(lambda _, s: s.list_keys()))
         self.agree("stats", self.each(lambda _, s: s.stats()))
         self.agree("next_due_at", self.each(lambda _, s: s.next_due_at()))
         self.agree("next_due_at(now)", self.each(lambda _, s: s.next_due_at(not_before=now)))

@@ -22,14 +22,16 @@ from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revi
 from tickwork.store.postgres import PostgresStore
 from tickwork.testing import ThrowawayPostgres, free_port
 
-HEAD = "0005"  # the newest migration; bump it with every new revision
+HEAD = "0006"  # the newest migration; bump it with every new revision
 SCHEMA_TABLES = {
     "tw_jobs",
     "tw_runs",
     "tw_attempts",
+    "tw_tenants",
     "tw_meta",
     "tw_partition_leases",
     "tw_nodes",
+    "tw_api_keys",
     VERSION_TABLE,
 }
 SCHEMA_INDEXES = {
@@ -41,6 +43,7 @@ SCHEMA_INDEXES = {
     "tw_runs_finished",
     "tw_attempts_run",
     "tw_attempts_finished",
+    "tw_api_keys_tenant",
 }
 
 # Each child imports everything first, says "ready", and starts upgrading only on "go": the
@@ -227,6 +230,21 @@ async def test_sqlite_failed_migration_leaves_nothing_behind(sqlite_url: str) ->
     assert await current_revision(sqlite_url) is None
 
 
+async def test_sqlite_0006_gives_every_tenant_in_use_a_row(sqlite_url: str) -> None:
+    assert await upgrade(sqlite_url, "0005") == "0005"
+    path = sqlite_path(sqlite_url)
+    assert path is not None
+    with sqlite3.connect(path) as conn:
+        for statement, params in BEFORE_0006:
+            conn.execute(statement.replace("$", "?"), params)  # SQLite's ?NNN: $NNN
+    started_us = time.time_ns() // 1000
+    assert await upgrade(sqlite_url) == HEAD
+    with sqlite3.connect(path) as conn:
+        tenants = conn.execute(f"{TENANT_ROWS} ORDER BY tenant").fetchall()
+        assert conn.execute("SELECT count(*) FROM tw_api_keys").fetchone() == (0,)
+    assert_tenants_in_use(tenants, started_us)
+
+
 # -- PostgreSQL ---------------------------------------------------------------------------------
 
 
@@ -284,6 +302,21 @@ async def test_pg_failed_migration_leaves_nothing_behind(pg_dsn: str) -> None:
     assert await current_revision(pg_dsn) is None
 
 
+async def test_pg_0006_gives_every_tenant_in_use_a_row(pg_dsn: str) -> None:
+    assert await upgrade(pg_dsn, "0005") == "0005"
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        for statement, params in BEFORE_0006:
+            await conn.execute(statement, *params)
+        started_us = time.time_ns() // 1000
+        assert await upgrade(pg_dsn) == HEAD
+        rows = await conn.fetch(f'{TENANT_ROWS} ORDER BY tenant COLLATE "C"')
+        assert await conn.fetchval("SELECT count(*) FROM tw_api_keys") == 0
+    finally:
+        await conn.close()
+    assert_tenants_in_use([tuple(r) for r in rows], started_us)
+
+
 async def _advisory_lock_waiters(conn: asyncpg.Connection) -> bool:
     waiting = await conn.fetchval(
         "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
@@ -298,6 +331,38 @@ async def _until(check: Callable[[], Awaitable[bool]], message: str, timeout_s: 
         if time.monotonic() > deadline:
             pytest.fail(message)
         await asyncio.sleep(0.02)
+
+
+# -- 0006: every tenant in use gets a row -------------------------------------------------------
+
+# A database at 0005: jobs of three tenants (one named twice), and one tenant with settings.
+_JOB_AT_0005 = (
+    "INSERT INTO tw_jobs (id, tenant, name, state, schedule_kind, misfire, misfire_grace_ms,"
+    " target, created_us, updated_us) VALUES ($1, $2, 'n', 'scheduled', 'every', 'skip', 0,"
+    " '{}', 1, 1)"
+)
+BEFORE_0006: list[tuple[str, tuple[object, ...]]] = [
+    *(
+        (_JOB_AT_0005, (f"j{n}", tenant))
+        for n, tenant in enumerate(["acme", "globex", "acme", "default"])
+    ),
+    (
+        "INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)"
+        " VALUES ($1, $2, 5, 6)",
+        ("acme", '["whsec_x"]'),
+    ),
+]
+TENANT_ROWS = "SELECT tenant, webhook_secrets, created_us, updated_us FROM tw_tenants"
+
+
+def assert_tenants_in_use(rows: list[tuple[object, ...]], started_us: int) -> None:
+    """acme kept as it was; default and globex added once each, created at the upgrade."""
+    assert [r[0] for r in rows] == ["acme", "default", "globex"]
+    assert tuple(rows[0]) == ("acme", '["whsec_x"]', 5, 6)
+    for tenant, secrets, created_us, updated_us in rows[1:]:
+        assert secrets is None, tenant
+        assert created_us == updated_us
+        assert started_us <= created_us <= time.time_ns() // 1000  # type: ignore[operator]
 
 
 # -- errors -------------------------------------------------------------------------------------
