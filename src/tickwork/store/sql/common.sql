@@ -221,3 +221,23 @@ INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)
 VALUES (:tenant, NULL, :now, :now)
 ON CONFLICT (tenant) DO NOTHING
 RETURNING {tenant_columns}
+
+-- The audit log (tw_audit, migration 0007): append-only, newest first, pruned by age.
+
+-- fragment: audit_columns
+-- Every column of tw_audit (rows.audit_from_row).
+id, at_us, key_id, key_prefix, role, actor_tenant, action, resource, tenant, status, client
+
+-- name: list_audit
+-- A page of the audit log, newest first, before :before_id, optionally of one tenant (the
+-- changed resource's; tw_audit_tenant) and of one key.
+SELECT {audit_columns} FROM tw_audit
+WHERE (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
+  AND (CAST(:tenant AS TEXT) IS NULL OR tenant = :tenant)
+  AND (CAST(:key_id AS TEXT) IS NULL OR key_id = :key_id)
+ORDER BY id DESC LIMIT :limit
+
+-- name: prune_audit
+-- Delete a batch of the oldest entries made before :before (tw_audit_at).
+DELETE FROM tw_audit WHERE id IN (
+    SELECT id FROM tw_audit WHERE at_us < :before ORDER BY at_us, id LIMIT :limit)

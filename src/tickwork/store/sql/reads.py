@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.clock import to_us
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import Job
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.runs import AttemptRecord, Run
@@ -115,6 +116,18 @@ class SqlReads:
 
     async def list_tenants(self) -> list[Tenant]:
         return [rows.tenant_from_row(r) for r in await self._query(self._sql.list_tenants, {})]
+
+    # -- the audit log (AuditStore) -----------------------------------------------------------
+    async def list_audit(
+        self,
+        *,
+        limit: int = 100,
+        before_id: int | None = None,
+        tenant: str | None = None,
+        key_id: str | None = None,
+    ) -> list[AuditEntry]:
+        params = {"limit": limit, "before_id": before_id, "tenant": tenant, "key_id": key_id}
+        return [rows.audit_from_row(r) for r in await self._query(self._sql.list_audit, params)]
 
     async def stats(self) -> StoreStats:
         states = await self._query(self._sql.job_state_counts, {})
