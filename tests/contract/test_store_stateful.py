@@ -117,7 +117,17 @@ class Backends:
             for table in RESET_SQL:
                 conn.execute(f"DELETE FROM {table}")
         self.runner.run(self.pg_admin.execute(f"TRUNCATE {', '.join(RESET_SQL)}"))
-        return {"memory": MemoryStore(), "sqlite": self.sqlite, "postgres": self.postgres}
+        stores = {"memory": MemoryStore(), "sqlite": self.sqlite, "postgres": self.postgres}
+        self.runner.run(_with_default_tenant(stores["memory"], self.sqlite, self.postgres))
+        return stores
+
+
+async def _with_default_tenant(memory: MemoryStore, *emptied: ScheduleStore) -> None:
+    """Every store starts as a migrated database does, with the `default` tenant (0006), made
+    at T0 on all three: the memory store's own was made at its wall clock's now."""
+    await memory.delete_tenant("default", now=T0)
+    for store in (memory, *emptied):
+        await store.create_tenant("default", now=T0)
 
 
 @contextmanager
