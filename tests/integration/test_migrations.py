@@ -22,7 +22,7 @@ from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revi
 from tickwork.store.postgres import PostgresStore
 from tickwork.testing import ThrowawayPostgres, free_port
 
-HEAD = "0006"  # the newest migration; bump it with every new revision
+HEAD = "0007"  # the newest migration; bump it with every new revision
 SCHEMA_TABLES = {
     "tw_jobs",
     "tw_runs",
@@ -32,6 +32,7 @@ SCHEMA_TABLES = {
     "tw_partition_leases",
     "tw_nodes",
     "tw_api_keys",
+    "tw_audit",
     VERSION_TABLE,
 }
 SCHEMA_INDEXES = {
@@ -44,6 +45,8 @@ SCHEMA_INDEXES = {
     "tw_attempts_run",
     "tw_attempts_finished",
     "tw_api_keys_tenant",
+    "tw_audit_tenant",
+    "tw_audit_at",
 }
 
 # Each child imports everything first, says "ready", and starts upgrading only on "go": the

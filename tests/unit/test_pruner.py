@@ -1,10 +1,11 @@
-"""The pruner deletes old history in batches and keeps dead letters."""
+"""The pruner deletes old history and audit entries in batches and keeps dead letters."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import ManualClock
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import RunOutcome, RunStatus
 from tickwork.errors import StoreError
@@ -92,3 +93,64 @@ async def test_a_failed_maintenance_does_not_stop_the_batched_deletes() -> None:
     result = await Pruner(store, clock, PrunerConfig()).run_once()
     assert result.partitions.skipped
     assert result.rows == 2 + 2
+
+
+def audit_entry(at: datetime) -> AuditEntry:
+    return AuditEntry(
+        at=at,
+        key_id="key1",
+        key_prefix="tw_00000001",
+        role="admin",
+        actor_tenant=None,
+        action="DELETE /v1/jobs/{job_id}",
+        resource="job j",
+        tenant="default",
+        status=204,
+        client="127.0.0.1",
+    )
+
+
+class AuditPruneLog(MemoryStore):
+    """Records the prune_audit calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.audit_calls: list[tuple[datetime, int]] = []
+
+    async def prune_audit(self, *, before: datetime, limit: int) -> int:
+        self.audit_calls.append((before, limit))
+        return await super().prune_audit(before=before, limit=limit)
+
+
+async def test_audit_entries_past_the_same_retention_go_in_batches() -> None:
+    store = AuditPruneLog()
+    retention = timedelta(days=30)
+    # 7 entries a day apart, from T0; one more exactly at the cutoff of the second pass.
+    await store.record_audit([audit_entry(T0 + timedelta(days=n)) for n in range(7)])
+    await finished_runs(store, 2, RunStatus.SUCCEEDED)
+    clock = ManualClock(T0 + timedelta(days=10))
+    pruner = Pruner(store, clock, PrunerConfig(retention=retention, batch_size=3))
+    first = await pruner.run_once()
+    assert (first.rows, first.audit) == (0, 0)  # nothing is older than 30 days yet
+    assert store.audit_calls == [(clock.now() - retention, 3)]
+
+    clock.advance(timedelta(days=24))  # the cutoff is T0 + 4 days
+    store.audit_calls.clear()
+    await store.record_audit([audit_entry(T0 + timedelta(days=4))])  # at the cutoff: stays
+    second = await pruner.run_once()
+    assert second.audit == 4  # days 0..3
+    assert second.rows == 2 + 2  # the history goes in the same pass
+    cutoff = T0 + timedelta(days=4)
+    assert store.audit_calls == [(cutoff, 3), (cutoff, 3), (cutoff, 3)]  # 3, 1, then 0
+    left = sorted(e.at for e in await store.list_audit())
+    assert left == [T0 + timedelta(days=n) for n in (4, 4, 5, 6)]
+    assert (await pruner.run_once()).audit == 0
+
+
+async def test_a_failed_maintenance_does_not_stop_the_audit_pruning() -> None:
+    store = MaintainedStore(failing=True)
+    await store.record_audit([audit_entry(T0)])
+    result = await Pruner(store, ManualClock(T0 + timedelta(days=31)), PrunerConfig()).run_once()
+    assert result.partitions.skipped
+    assert result.audit == 1
+    assert await store.list_audit() == []

@@ -202,9 +202,7 @@ async def list_audit(
     """Every change made through the API (and every refused attempt with a valid key), newest
     first: who (key), what (route, resource, tenant, status), when and from where."""
     store = request.app.state.tickwork.store
-    found = await store.list_audit(
-        limit=limit + 1, before_id=before, tenant=tenant, key_id=key_id
-    )
+    found = await store.list_audit(limit=limit + 1, before_id=before, tenant=tenant, key_id=key_id)
     page = found[:limit]
     next_before = page[-1].id if len(found) > limit else None
     return AuditList(entries=[AuditOut.of(e) for e in page], next_before=next_before)

@@ -118,7 +118,9 @@ class AuditTrail:
             await self.store.record_audit([entry])
         except Exception:
             log.exception(
-                "could not write the audit entry of %s", entry.action, extra={"action": "audit_failed"}
+                "could not write the audit entry of %s",
+                entry.action,
+                extra={"action": "audit_failed"},
             )
 
 

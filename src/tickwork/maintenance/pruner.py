@@ -1,11 +1,13 @@
-"""History retention: delete attempts and finished runs older than the retention period.
+"""History retention: delete attempts, finished runs and audit entries older than the retention
+period.
 
 Each pass first lets the store maintain its history (`maintain_history`: on PostgreSQL, create
 the coming days' partitions of tw_attempts and drop the expired ones, ADR 0007), then deletes
 the rest in batches, so that a large backlog never holds a long transaction (or SQLite's write
 lock) against the fire path. Every scheduler process runs a pruner, so partitions are kept
 ahead without an operator; the store makes concurrent passes safe. Dead letters and their
-attempts are kept until they are redriven or purged.
+attempts are kept until they are redriven or purged. The audit log (`tw_audit`) has the same
+retention and goes in the same pass, in batches too, after the history.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ class PrunerConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PruneResult:
-    rows: int  # rows deleted by the batched deletes
+    rows: int  # history rows (attempts and runs) deleted by the batched deletes
     partitions: HistoryMaintenance  # what the store's own upkeep changed
+    audit: int = 0  # audit entries deleted
 
 
 class Pruner:
@@ -49,7 +52,8 @@ class Pruner:
         self._config = config
 
     async def run_once(self) -> PruneResult:
-        """One pass: maintain, then delete in batches until nothing is older than the retention."""
+        """One pass: maintain, then delete in batches until nothing is older than the retention:
+        the history, then the audit log."""
         now = self._clock.now()
         upkeep = await self._maintain(now)
         cutoff = now - self._config.retention
@@ -61,7 +65,13 @@ class Pruner:
             await asyncio.sleep(0)  # let the fire path in between batches
         if total:
             log.info("pruned %d history rows", total, extra={"action": "history_pruned"})
-        return PruneResult(rows=total, partitions=upkeep)
+        audit = 0
+        while gone := await self._store.prune_audit(before=cutoff, limit=self._config.batch_size):
+            audit += gone
+            await asyncio.sleep(0)
+        if audit:
+            log.info("pruned %d audit entries", audit, extra={"action": "audit_pruned"})
+        return PruneResult(rows=total, partitions=upkeep, audit=audit)
 
     async def _maintain(self, now: datetime) -> HistoryMaintenance:
         try:

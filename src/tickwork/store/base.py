@@ -12,7 +12,8 @@ seam is split by concern, each part its own Protocol with its contract on its me
     HistoryStore     run history, attempts, dead letters, retention, stats
     AccessStore      API keys (stored by their hash) and the tenants as a resource: created,
                      listed, deleted
-    ScheduleStore    all six: what a backend implements and what services are given
+    AuditStore       the audit log of changes made through the API: appended, listed, pruned
+    ScheduleStore    all seven: what a backend implements and what services are given
 
 Rules for every method of every part:
 
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol, TypeVar
 
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import Job, JobState, Schedule
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DueHead, Node, PartitionLease
@@ -599,8 +601,44 @@ class AccessStore(Protocol):
         ...
 
 
+class AuditStore(Protocol):
+    """The audit log (`tw_audit`): who changed what through the API, and the answer it got.
+    Append-only: entries are never changed, only pruned by age with the history retention."""
+
+    async def record_audit(self, entries: Sequence[AuditEntry]) -> None:
+        """Append the entries, in one statement or transaction (all or none). The store assigns
+        each its id (any id given is ignored): ascending in the order given, and above every id
+        assigned before, also after pruning."""
+        ...
+
+    async def list_audit(
+        self,
+        *,
+        limit: int = 100,
+        before_id: int | None = None,
+        tenant: str | None = None,
+        key_id: str | None = None,
+    ) -> list[AuditEntry]:
+        """Entries newest first (id descending), at most `limit`, with ids below `before_id`
+        (keyset pagination); of one `tenant` (the tenant of the changed resource, not the
+        key's) and of one `key_id`, if given: both filters apply together."""
+        ...
+
+    async def prune_audit(self, *, before: datetime, limit: int) -> int:
+        """Delete up to `limit` entries made before `before` (at < before), oldest first;
+        returns how many went. Call until it returns 0 (like `prune_history`)."""
+        ...
+
+
 class ScheduleStore(
-    StoreLifecycle, JobStore, ClaimStore, LeaseStore, HistoryStore, AccessStore, Protocol
+    StoreLifecycle,
+    JobStore,
+    ClaimStore,
+    LeaseStore,
+    HistoryStore,
+    AccessStore,
+    AuditStore,
+    Protocol,
 ):
     """Every part of the seam: what a backend implements, and what services are given."""
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import Clock, SystemClock
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import (
@@ -76,6 +77,8 @@ class MemoryStore:
             DEFAULT_TENANT: Tenant(tenant=DEFAULT_TENANT, created_at=started, updated_at=started)
         }
         self._api_keys: dict[str, ApiKey] = {}
+        self._audit: dict[int, AuditEntry] = {}  # by id, in id order
+        self._next_audit_id = 1
         self._watchers = Watchers()
 
     async def open(self) -> None:
@@ -558,6 +561,35 @@ class MemoryStore:
             key = self._api_keys.get(key_id)
             if key is not None and (key.last_used_at is None or when > key.last_used_at):
                 self._api_keys[key_id] = replace(key, last_used_at=when)
+
+    # -- audit log --------------------------------------------------------------------------
+    async def record_audit(self, entries: Sequence[AuditEntry]) -> None:
+        for entry in entries:
+            self._audit[self._next_audit_id] = replace(entry, id=self._next_audit_id)
+            self._next_audit_id += 1
+
+    async def list_audit(
+        self,
+        *,
+        limit: int = 100,
+        before_id: int | None = None,
+        tenant: str | None = None,
+        key_id: str | None = None,
+    ) -> list[AuditEntry]:
+        found = [
+            e
+            for ident, e in reversed(self._audit.items())
+            if (before_id is None or ident < before_id)
+            and (tenant is None or e.tenant == tenant)
+            and (key_id is None or e.key_id == key_id)
+        ]
+        return found[: max(limit, 0)]
+
+    async def prune_audit(self, *, before: datetime, limit: int) -> int:
+        old = sorted((e.at, ident) for ident, e in self._audit.items() if e.at < before)
+        for _, ident in old[: max(limit, 0)]:
+            del self._audit[ident]
+        return min(len(old), max(limit, 0))
 
     # -- history ----------------------------------------------------------------------------
     async def list_runs(

@@ -28,6 +28,7 @@ from typing import Any
 import asyncpg
 
 from tickwork.clock import from_us, to_us
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
@@ -497,6 +498,19 @@ class PostgresStore(SqlReads):
             raise NotFound("tenant", tenant)
         if result["jobs"]:
             raise TenantHasJobs(tenant, int(result["jobs"]))
+
+    # -- the audit log (AuditStore; list_audit is SqlReads') -----------------------------------
+    async def record_audit(self, entries: Sequence[AuditEntry]) -> None:
+        if not entries:
+            return
+        params = [rows.audit_params(e) for e in entries]
+        # One array per column (record_audit unnests them): one statement for the batch.
+        values = {column: [p[column] for p in params] for column in params[0]}
+        await self._execute(self._sql.record_audit, values, "recording the audit log")
+
+    async def prune_audit(self, *, before: datetime, limit: int) -> int:
+        values = {"before": to_us(before), "limit": limit}
+        return await self._execute(self._sql.prune_audit, values, "pruning the audit log")
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
         values = {"ids": None if run_ids is None else list(run_ids), "now": to_us(now)}

@@ -221,3 +221,47 @@ INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)
 VALUES (:tenant, NULL, :now, :now)
 ON CONFLICT (tenant) DO NOTHING
 RETURNING {tenant_columns}
+
+-- The audit log (tw_audit, migration 0007): append-only, newest first, pruned by age.
+
+-- fragment: audit_columns
+-- Every column of tw_audit (rows.audit_from_row).
+id, at_us, key_id, key_prefix, role, actor_tenant, action, resource, tenant, status, client
+
+-- A page of the audit log is newest first, below :before_id (the store passes the largest
+-- BIGINT for the first page), at most :limit entries; of one tenant (the changed resource's),
+-- of one key, or both. Each combination of filters is its own statement, with no
+-- `:x IS NULL OR ...` test and no NULL bound: SQLite plans a statement once for any
+-- parameters, and such a test kept it off the indexes (a rare tenant's first page scanned the
+-- whole log: 72 ms instead of 1 ms at 400,000 entries). Each statement here is one index range
+-- read backwards: the primary key, or tw_audit_tenant (tenant, id). There is no index by key:
+-- a key's page reads the log backwards until it has found `:limit` entries.
+
+-- name: list_audit
+-- A page of the whole audit log.
+SELECT {audit_columns} FROM tw_audit
+WHERE id < :before_id
+ORDER BY id DESC LIMIT :limit
+
+-- name: list_audit_of_tenant
+-- A page of one tenant's entries.
+SELECT {audit_columns} FROM tw_audit
+WHERE tenant = :tenant AND id < :before_id
+ORDER BY id DESC LIMIT :limit
+
+-- name: list_audit_of_key
+-- A page of one key's entries.
+SELECT {audit_columns} FROM tw_audit
+WHERE key_id = :key_id AND id < :before_id
+ORDER BY id DESC LIMIT :limit
+
+-- name: list_audit_of_tenant_and_key
+-- A page of one key's entries on one tenant's resources.
+SELECT {audit_columns} FROM tw_audit
+WHERE tenant = :tenant AND key_id = :key_id AND id < :before_id
+ORDER BY id DESC LIMIT :limit
+
+-- name: prune_audit
+-- Delete a batch of the oldest entries made before :before (tw_audit_at).
+DELETE FROM tw_audit WHERE id IN (
+    SELECT id FROM tw_audit WHERE at_us < :before ORDER BY at_us, id LIMIT :limit)

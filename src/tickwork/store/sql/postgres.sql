@@ -420,3 +420,17 @@ revoked AS (
 )
 SELECT (SELECT count(*) FROM target) AS found, (SELECT n FROM jobs) AS jobs,
        (SELECT count(*) FROM revoked) AS revoked
+
+-- name: record_audit
+-- Append a batch of audit entries, given as one array per column, in one statement: the rows
+-- are inserted in the order given (ORDINALITY), so their identity ids ascend in that order.
+INSERT INTO tw_audit (at_us, key_id, key_prefix, role, actor_tenant, action, resource, tenant,
+                      status, client)
+SELECT e.at_us, e.key_id, e.key_prefix, e.role, e.actor_tenant, e.action, e.resource, e.tenant,
+       e.status, e.client
+FROM unnest(:at_us::bigint[], :key_id::text[], :key_prefix::text[], :role::text[],
+            :actor_tenant::text[], :action::text[], :resource::text[], :tenant::text[],
+            :status::int[], :client::text[])
+    WITH ORDINALITY AS e(at_us, key_id, key_prefix, role, actor_tenant, action, resource, tenant,
+                         status, client, n)
+ORDER BY e.n

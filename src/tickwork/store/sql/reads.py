@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from tickwork.clock import to_us
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import Job
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.runs import AttemptRecord, Run
@@ -18,6 +19,7 @@ from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement, Statements
 
 EARLIEST_US = -(2**63)  # no lower bound: every next_run_us is at or after it
+ABOVE_EVERY_ID = 2**63 - 1  # the largest BIGINT: no upper bound on a page's ids
 
 
 def floor_us(not_before: datetime | None) -> int:
@@ -115,6 +117,32 @@ class SqlReads:
 
     async def list_tenants(self) -> list[Tenant]:
         return [rows.tenant_from_row(r) for r in await self._query(self._sql.list_tenants, {})]
+
+    # -- the audit log (AuditStore) -----------------------------------------------------------
+    async def list_audit(
+        self,
+        *,
+        limit: int = 100,
+        before_id: int | None = None,
+        tenant: str | None = None,
+        key_id: str | None = None,
+    ) -> list[AuditEntry]:
+        params = {
+            "limit": limit,
+            "before_id": ABOVE_EVERY_ID if before_id is None else before_id,
+            "tenant": tenant,
+            "key_id": key_id,
+        }
+        # One statement per combination of filters (common.sql says why); each takes only the
+        # parameters it names (Statement.args; sqlite3 ignores the others).
+        if tenant is None:
+            statement = self._sql.list_audit if key_id is None else self._sql.list_audit_of_key
+        elif key_id is None:
+            statement = self._sql.list_audit_of_tenant
+        else:
+            statement = self._sql.list_audit_of_tenant_and_key
+        found = await self._query(statement, params)
+        return [rows.audit_from_row(r) for r in found]
 
     async def stats(self) -> StoreStats:
         states = await self._query(self._sql.job_state_counts, {})

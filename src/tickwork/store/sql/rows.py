@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from tickwork.clock import from_us, to_us
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import (
     AlertTarget,
     AtTrigger,
@@ -279,6 +280,38 @@ def key_from_row(row: Row) -> ApiKey:
         expires_at=dt_or_none(row["expires_us"]),
         revoked_at=dt_or_none(row["revoked_us"]),
         last_used_at=dt_or_none(row["last_used_us"]),
+    )
+
+
+def audit_params(entry: AuditEntry) -> dict[str, Any]:
+    """The entry's columns but its id, which the database assigns (`insert_audit`)."""
+    return {
+        "at_us": to_us(entry.at),
+        "key_id": entry.key_id,
+        "key_prefix": entry.key_prefix,
+        "role": entry.role,
+        "actor_tenant": entry.actor_tenant,
+        "action": entry.action,
+        "resource": entry.resource,
+        "tenant": entry.tenant,
+        "status": entry.status,
+        "client": entry.client,
+    }
+
+
+def audit_from_row(row: Row) -> AuditEntry:
+    return AuditEntry(
+        id=row["id"],
+        at=from_us(row["at_us"]),
+        key_id=row["key_id"],
+        key_prefix=row["key_prefix"],
+        role=row["role"],
+        actor_tenant=row["actor_tenant"],
+        action=row["action"],
+        resource=row["resource"],
+        tenant=row["tenant"],
+        status=row["status"],
+        client=row["client"],
     )
 
 

@@ -236,3 +236,11 @@ DELETE FROM tw_tenants WHERE tenant = :tenant
 -- name: revoke_tenant_keys
 -- Revoke at :now every key of :tenant not revoked already (a deleted tenant's keys).
 UPDATE tw_api_keys SET revoked_us = :now WHERE tenant = :tenant AND revoked_us IS NULL
+
+-- name: insert_audit
+-- Append one audit entry (record_audit runs it for each entry of a batch, in one transaction);
+-- AUTOINCREMENT gives ascending ids, never reused after a prune.
+INSERT INTO tw_audit (at_us, key_id, key_prefix, role, actor_tenant, action, resource, tenant,
+                      status, client)
+VALUES (:at_us, :key_id, :key_prefix, :role, :actor_tenant, :action, :resource, :tenant,
+        :status, :client)

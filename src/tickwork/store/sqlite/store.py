@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tickwork.clock import from_us, to_us
+from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
@@ -426,6 +427,17 @@ class SqliteStore(SqlReads):
             raise NotFound("tenant", tenant)
         if jobs:
             raise TenantHasJobs(tenant, jobs)
+
+    # -- the audit log (AuditStore; list_audit is SqlReads') -----------------------------------
+    async def record_audit(self, entries: Sequence[AuditEntry]) -> None:
+        if not entries:
+            return
+        params = [rows.audit_params(e) for e in entries]
+        await self._write(lambda conn: conn.executemany(SQL.insert_audit.text, params))
+
+    async def prune_audit(self, *, before: datetime, limit: int) -> int:
+        params = {"before": to_us(before), "limit": limit}
+        return await self._write(lambda conn: conn.execute(SQL.prune_audit.text, params).rowcount)
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
         params = {"ids": _id_list(run_ids), "now": to_us(now)}
