@@ -23,7 +23,7 @@ from tickwork.domain.tenants import Tenant
 from tickwork.services.keys import CreatedKey, KeyService
 from tickwork.services.tenants import TenantService
 
-router = APIRouter()
+router = APIRouter(prefix="/v1")  # declared here: the audit trail names routes by path
 
 TenantPath = Annotated[str, Path(min_length=1, max_length=100, description="the tenant")]
 KeyIdPath = Annotated[str, Path(min_length=1, max_length=64, description="a key's id")]

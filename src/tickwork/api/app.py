@@ -60,7 +60,7 @@ def create_app(
     install_error_handlers(app)
     if not ops_only:
         app.include_router(v1)
-        app.include_router(access_routes, prefix="/v1", dependencies=[Depends(caller)])
+        app.include_router(access_routes, dependencies=[Depends(caller)])
         app.include_router(cluster_routes, prefix="/v1", dependencies=[Depends(admin)])
     app.include_router(ops)
     app.add_middleware(AuditTrail, store=store, clock=clock)
