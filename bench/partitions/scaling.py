@@ -215,8 +215,8 @@ def _line(case: dict[str, Any]) -> str:
     lat = case["lateness_ms"]
     return (
         f"{name} {case['jobs']} jobs in {case['completion_s']} s = {case['fires_per_s']} fires/s "
-        f"= {_ratio(case)} % of bare SQL {case['ceiling'].get('fires_per_s')}; claimed/s "
-        f"{case.get('claimed_per_s')}; p50 {lat.get('p50')} p99 {lat.get('p99')} ms; missing "
+        f"= {_ratio(case)} % of bare SQL {case['ceiling'].get('fires_per_s')}; claims/s "
+        f"{case.get('claim_drain_per_s')}; p50 {lat.get('p50')} p99 {lat.get('p99')} ms; missing "
         f"{case['missing']} dup {case['duplicates']}; conflicts {case['conflicts']} takeovers "
         f"{case['takeovers']} refused {case['refused']}; fires by scheduler "
         f"{case['fires_by_scheduler']}; noise {case['cpu']['foreign_cores']}"
@@ -225,25 +225,29 @@ def _line(case: dict[str, Any]) -> str:
 
 def render(result: dict[str, Any]) -> str:
     cfg = result["config"]
-    headers = ["tree", "scheds", "fires/s", "bare SQL/s", "% bare", "drain/s", "claimed/s",
-               "p50 ms", "p99 ms", "missing", "dup", "conflicts", "takeovers", "refused",
-               "noise"]  # fmt: skip
+    headers = ["tree", "scheds", "fires/s", "bare SQL/s", "% bare", "drain/s", "claims/s",
+               "last claim", "p50 ms", "p99 ms", "missing", "dup", "conflicts", "takeovers",
+               "refused", "noise"]  # fmt: skip
     rows = []
     for c in result["cases"]:
         if "error" in c:
-            rows.append([c["tree"], c["schedulers"], "FAILED", *[None] * 12])
+            rows.append([c["tree"], c["schedulers"], "FAILED", *[None] * 13])
             continue
         lat = c["lateness_ms"]
         rows.append([
             c["tree"], c["schedulers"], c["fires_per_s"], c["ceiling"].get("fires_per_s"),
-            _ratio(c), c["drain_per_s"], c.get("claimed_per_s"), lat.get("p50"), lat.get("p99"),
+            _ratio(c), c["drain_per_s"], c.get("claim_drain_per_s"),
+            c.get("claim_until_last_s"), lat.get("p50"), lat.get("p99"),
             c["missing"], c["duplicates"], c["conflicts"], c["takeovers"], c["refused"],
             c["cpu"]["foreign_cores"],
         ])  # fmt: skip
     lines = [
         "",
         f"scaling: burst of {cfg['jobs']:,} one-shot no-op tasks due at one instant, table queue, "
-        f"{cfg['workers']} worker(s); each row after a bare-SQL burst of the same N",
+        f"{cfg['workers']} worker(s); each row after a bare-SQL burst of the same N; fires/s = N /"
+        " (T to the last run finished); drain/s = first to last finished; claims/s = first to "
+        "last claim; last claim = s from T to the last claim (negative: claimed ahead, the "
+        "look-ahead is 200 ms); lateness = started - scheduled",
         table(headers, rows),
         *(f"{c['tree']} x{c['schedulers']}: fires by scheduler {c.get('fires_by_scheduler')}, "
           f"errors logged {c.get('errors_logged')}; {noise_line(c['cpu'])}"

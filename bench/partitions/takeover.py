@@ -131,7 +131,7 @@ async def _rep(env: Env, cfg: TakeoverConfig, rep: int) -> dict[str, Any]:
         phases = []
         with CpuMeter(env.attribution) as meter:
             for n, fault in enumerate(FAULTS):
-                victim = scheds[n]
+                victim = scheds[0]  # s1, then s2
                 phase = await _phase(cfg, conn, scheds, victim, fault, partitions, windows)
                 phases.append(phase)
                 scheds.remove(victim)
