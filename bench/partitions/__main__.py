@@ -38,7 +38,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--max-rows",
         type=int,
         help="scan: largest table (default 1,000,000, quick 100,000); 10000000 adds 10^7 rows "
-        "(~1 min of seeding and ~4 GiB of disk)",
+        "(~4 min of seeding and ~4.5 GiB of disk)",
     )
     parser.add_argument(
         "--racing-tree",
