@@ -41,6 +41,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "(~4 min of seeding and ~4.5 GiB of disk)",
     )
     parser.add_argument(
+        "--schedulers",
+        default="1,2,3",
+        help="scaling: the scheduler counts, comma-separated (default %(default)s)",
+    )
+    parser.add_argument(
         "--racing-tree",
         type=Path,
         help="scaling: also run the schedulers of this checkout (the pre-partition version, "
@@ -61,7 +66,8 @@ async def run(args: argparse.Namespace) -> None:
             await takeover.run(env, takeover.TakeoverConfig.build(args.quick, args.jobs, args.reps))
         else:
             trees = [racing_tree(args.racing_tree)] if args.racing_tree else []
-            cfg_s = scaling.ScalingConfig.build(args.quick, args.jobs, args.reps)
+            counts = tuple(int(n) for n in args.schedulers.split(","))
+            cfg_s = scaling.ScalingConfig.build(args.quick, args.jobs, args.reps, counts)
             await scaling.run(env, cfg_s, racing=trees)
 
 

@@ -60,8 +60,10 @@ class ScalingConfig:
     reps: int = 1
 
     @classmethod
-    def build(cls, quick: bool, jobs: int | None, reps: int) -> ScalingConfig:
-        found = cls(jobs=5000, reps=reps) if quick else cls(reps=reps)
+    def build(
+        cls, quick: bool, jobs: int | None, reps: int, counts: tuple[int, ...] = (1, 2, 3)
+    ) -> ScalingConfig:
+        found = cls(jobs=5000, reps=reps, counts=counts) if quick else cls(reps=reps, counts=counts)
         found = found if jobs is None else replace(found, jobs=jobs)
         if raw_fire_loop.TABLE_JOBS % found.jobs:
             raise SystemExit(f"--jobs {found.jobs} must divide {raw_fire_loop.TABLE_JOBS:,}")
