@@ -8,25 +8,30 @@ their order by next_run_us is unrelated to their physical order.
 Instants are relative to one `now_us` fixed at seeding: every contender claims with that same
 `now`, so each one finds exactly the same due rows whenever it runs. Due rows lie within the 50
 minutes before `now_us` and advance by one hour when claimed, so nothing comes due twice.
+
+Each row's `partition` is the one tickwork itself gives its id (`domain.partitions.partition_of`
+with the database's P from `tw_meta`), so a partitioned due-scan finds the rows where a store that
+inserted them would have put them (ADR 0015).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
 
 from tickwork.domain.jobs import WebhookTarget
+from tickwork.domain.partitions import DEFAULT_PARTITIONS, partition_of
 from tickwork.store.migrate import upgrade
 from tickwork.store.sql.rows import target_json
 
 COLUMNS = (
     "id", "tenant", "name", "state", "schedule_kind", "cron_expr", "timezone", "every_ms",
     "anchor_us", "at_us", "misfire", "misfire_grace_ms", "target", "next_run_us", "fence_token",
-    "last_fired_us", "created_us", "updated_us",
+    "last_fired_us", "created_us", "updated_us", "partition",
 )  # fmt: skip
 SCATTER = 2_654_435_761  # prime: g -> g * SCATTER mod n is a permutation of range(n)
 SECOND_US = 1_000_000
@@ -44,6 +49,7 @@ class Shape:
     kind: str  # "every" or "cron"
     misfire_grace_ms: int
     now_us: int
+    partitions: int = DEFAULT_PARTITIONS  # P of the database (seed() reads it from tw_meta)
 
 
 def job_id(g: int) -> str:
@@ -64,6 +70,7 @@ def seed_rows(shape: Shape) -> Iterator[tuple[Any, ...]]:
 
 
 def _scheduled(g: int, shape: Shape, next_us: int) -> tuple[Any, ...]:
+    jid = job_id(g)
     timing: tuple[Any, ...]
     if shape.kind == "cron":
         next_us -= next_us % MINUTE_US  # a real occurrence of "M * * * *"
@@ -72,15 +79,18 @@ def _scheduled(g: int, shape: Shape, next_us: int) -> tuple[Any, ...]:
     else:
         timing = ("every", None, None, 3_600_000, next_us)
     return (
-        job_id(g), "default", f"bench-{g}", "scheduled", *timing, None, "coalesce",
+        jid, "default", f"bench-{g}", "scheduled", *timing, None, "coalesce",
         shape.misfire_grace_ms, TARGET, next_us, 0, None, shape.now_us, shape.now_us,
+        partition_of(jid, shape.partitions),
     )  # fmt: skip
 
 
 def _completed(g: int, shape: Shape, at_us: int) -> tuple[Any, ...]:
+    jid = job_id(g)
     return (
-        job_id(g), "default", f"bench-{g}", "completed", "at", None, None, None, None, at_us,
+        jid, "default", f"bench-{g}", "completed", "at", None, None, None, None, at_us,
         "coalesce", shape.misfire_grace_ms, TARGET, at_us, 1, at_us, at_us, at_us,
+        partition_of(jid, shape.partitions),
     )  # fmt: skip
 
 
@@ -91,6 +101,7 @@ async def seed(url: str, shape: Shape) -> dict[str, float]:
     migrated = time.monotonic()
     conn = await asyncpg.connect(url)
     try:
+        shape = replace(shape, partitions=await partition_count(conn))
         await conn.copy_records_to_table("tw_jobs", records=seed_rows(shape), columns=COLUMNS)
         copied = time.monotonic()
         await conn.execute("VACUUM ANALYZE tw_jobs")
@@ -105,3 +116,12 @@ async def seed(url: str, shape: Shape) -> dict[str, float]:
         "vacuum_s": round(done - copied, 2),
         "tw_jobs_mib": round(size / 2**20, 1),
     }
+
+
+async def partition_count(conn: asyncpg.Connection) -> int:
+    """P, as the migration stored it in tw_meta (the default where a schema predates it)."""
+    try:
+        found = await conn.fetchval("SELECT value FROM tw_meta WHERE key = 'partitions'")
+    except asyncpg.UndefinedTableError:
+        return DEFAULT_PARTITIONS
+    return int(found) if found is not None else DEFAULT_PARTITIONS

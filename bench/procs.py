@@ -48,13 +48,14 @@ class Child:
 
 async def start(
     name: str, argv: list[str], *, ready: str, log_path: Path, env: dict[str, str] | None = None,
-    timeout_s: float = 60.0,
+    timeout_s: float = 60.0, cwd: Path | None = None,
 ) -> tuple[Child, str]:  # fmt: skip
-    """Start `argv`; return once a stdout line contains `ready` (and that line)."""
+    """Start `argv` (in `cwd`, default this checkout); return once a stdout line contains
+    `ready` (and that line)."""
     log = _open_log(log_path)
     proc = await asyncio.create_subprocess_exec(
         *argv,
-        cwd=REPO,
+        cwd=cwd if cwd is not None else REPO,
         # Children may write bytecode caches even where the caller's environment forbids it:
         # without them every process start compiles all of its imports again (seconds of CPU
         # each on this machine, measured with py-spy), which is not what the bench measures.
