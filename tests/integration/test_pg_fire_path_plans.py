@@ -186,3 +186,21 @@ async def test_the_lease_stops_after_its_batch_and_passes_over_hand_offs_in_flig
     assert next(_runs_examined(table)) == ("tw_runs_pending", BATCH)
     index, examined = next(_runs_examined(behind_a_queue))
     assert (index, examined <= PENDING + len(expired)) == ("tw_runs_pending", True), examined
+
+
+async def test_the_due_scan_of_every_partition_is_prepared_once(pg_dsn: str) -> None:
+    """The 64-branch due-scan is longer than asyncpg's default cacheable statement: the scan
+    pool must keep it prepared, or every tick parses and plans it again."""
+    store = PostgresStore(pg_dsn)
+    await store.open()
+    try:
+        assert store.partition_count() == 64
+        for _ in range(3):
+            await store.due_jobs(SystemClock().now(), 1000)
+        assert store._scan_pool is not None
+        prepared = await store._scan_pool.fetch(
+            "SELECT length(statement) AS chars FROM pg_prepared_statements"
+        )
+        assert [r["chars"] for r in prepared if r["chars"] > 15_360], prepared
+    finally:
+        await store.close()
