@@ -347,10 +347,8 @@ async def test_multiplier_must_be_finite(api: Api, number: str) -> None:
         "/v1/jobs", content=raw.encode(), headers={"content-type": "application/json"}
     )
     error = error_of(response, 422)
-    assert (error["field"], error["message"]) == (
-        "retry.multiplier",
-        "Input should be a finite number",
-    )
+    assert (error["code"], error["field"]) == ("invalid_number", "retry.multiplier")
+    assert "send a finite number" in error["message"]
 
 
 @pytest.mark.parametrize(
@@ -717,6 +715,28 @@ async def test_unknown_route_and_wrong_method(api: Api) -> None:
     error = error_of(response, 405)
     assert error["code"] == "method_not_allowed"
     assert "GET" in response.headers["allow"]
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT", "PATCH"])
+async def test_redrive_all_is_not_taken_for_a_run_id(api: Api, method: str) -> None:
+    # DELETE /v1/dead-letters/{run_id} used to claim "redrive" as a run id: a 422 about an
+    # integer instead of the 405 naming the method that works
+    response = await api.client.request(method, "/v1/dead-letters/redrive")
+    error = error_of(response, 405)
+    assert error["code"] == "method_not_allowed"
+    assert response.headers["allow"] == "POST"
+    assert (await api.client.post("/v1/dead-letters/redrive")).status_code == 202
+
+
+async def test_dead_letter_run_ids_are_still_checked(api: Api) -> None:
+    for method, path in [
+        ("DELETE", "/v1/dead-letters/abc"),
+        ("POST", "/v1/dead-letters/0/redrive"),
+    ]:
+        error = error_of(await api.client.request(method, path), 422)
+        assert error["field"] == "run_id"
+    response = await api.client.delete("/v1/dead-letters/12")
+    assert error_of(response, 404)["code"] == "not_dead_lettered"
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.convertors import Convertor, register_url_convertor
 
 import tickwork.metrics  # noqa: F401 - registers the process's collectors before /metrics reads them
 from tickwork.api.errors import error_response
@@ -31,9 +33,11 @@ from tickwork.api.schemas import (
     TenantSecretsIn,
     TenantSecretsOut,
 )
+from tickwork.api.strict_json import bad_character
 from tickwork.clock import Clock, utc_iso
 from tickwork.domain.jobs import JobState
 from tickwork.domain.runs import Run
+from tickwork.errors import InvalidInput
 from tickwork.services.dead_letters import DeadLetterService
 from tickwork.services.jobs import JobService
 from tickwork.services.tenants import TenantService
@@ -41,6 +45,9 @@ from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.timing.preview import preview_cron
 
 log = logging.getLogger("tickwork.api")
+
+JOB_ID_PATTERN = "^[0-9a-f]{32}$"  # `rules.new_job_id`
+_JOB_ID = re.compile(JOB_ID_PATTERN)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,7 +86,36 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     }.items()
 }
 
-v1 = APIRouter(prefix="/v1", responses=_ERRORS)
+
+class _DeadLetterId(Convertor[str]):
+    """A `{run_id}` segment under /v1/dead-letters that is not the word `redrive`: otherwise
+    `DELETE /v1/dead-letters/redrive` is taken for run "redrive" (a 422 about an integer)
+    instead of a 405 naming POST. Only the route's matching changes: the value is still a
+    string for FastAPI to validate as a run id, so `/v1/dead-letters/abc` stays a 422."""
+
+    regex = "(?!redrive$)[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("dead_letter_id", _DeadLetterId())
+
+
+def clean_parameters(request: Request) -> None:
+    """Refuse a NUL or a lone surrogate in any path or query parameter, naming it: no job,
+    tenant or filter can contain one, and PostgreSQL refuses them with a driver error."""
+    params = [*request.path_params.items(), *request.query_params.multi_items()]
+    for name, value in params:
+        problem = bad_character(name) or bad_character(value)
+        if problem is not None:
+            raise InvalidInput(name, f"the parameter {problem}", code="invalid_character")
+
+
+v1 = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[Depends(clean_parameters)])
 ops = APIRouter()
 
 
@@ -98,9 +134,23 @@ async def list_jobs(
     name_prefix: Annotated[str | None, Query(max_length=200)] = None,
     tenant: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    after: Annotated[str | None, Query(max_length=64, description="next_after of a page")] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            description="next_after of the previous page (a job id)",
+            json_schema_extra={"pattern": JOB_ID_PATTERN},
+        ),
+    ] = None,
 ) -> JobList:
     """Jobs in creation order, one page at a time (keyset pagination on the id)."""
+    if after is not None and not _JOB_ID.fullmatch(after):
+        raise InvalidInput(
+            "after",
+            "not a cursor: pass the next_after of the previous page (a job id, 32 hex digits)"
+            " or leave it out for the first page",
+            code="invalid_cursor",
+            status=400,
+        )
     query = JobQuery(
         state=state, name_prefix=name_prefix, tenant=tenant, after_id=after, limit=limit + 1
     )
@@ -174,7 +224,7 @@ async def redrive_dead_letters(ctx: Ctx, job_id: JobFilter = None) -> RedriveOut
     return RedriveOut(redriven=await ctx.dead_letters.redrive(job_id))
 
 
-@v1.post("/dead-letters/{run_id}/redrive", status_code=202, tags=["dead letters"])
+@v1.post("/dead-letters/{run_id:dead_letter_id}/redrive", status_code=202, tags=["dead letters"])
 async def redrive_dead_letter(ctx: Ctx, run_id: RunId) -> RedriveOut:
     """Give one dead letter one more attempt; 404 `not_dead_lettered` if it is not one."""
     await ctx.dead_letters.redrive_one(run_id)
@@ -187,7 +237,7 @@ async def purge_dead_letters(ctx: Ctx, job_id: JobFilter = None) -> PurgeOut:
     return PurgeOut(purged=await ctx.dead_letters.purge(job_id))
 
 
-@v1.delete("/dead-letters/{run_id}", status_code=204, tags=["dead letters"])
+@v1.delete("/dead-letters/{run_id:dead_letter_id}", status_code=204, tags=["dead letters"])
 async def purge_dead_letter(ctx: Ctx, run_id: RunId) -> Response:
     """Drop one dead letter from the queue; 404 `not_dead_lettered` if it is not one."""
     await ctx.dead_letters.purge_one(run_id)
