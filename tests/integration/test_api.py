@@ -160,12 +160,12 @@ async def test_all_schedule_options_round_trip(api: Api) -> None:
         "misfire": "fire_all",
         "misfire_grace": "PT1M",
     }
-    target = {"url": "http://127.0.0.1:9/x", "method": "put", "timeout": 2.5}
+    target = {"url": "http://example.com:9/x", "method": "put", "timeout": 2.5}
     job = await create(api, schedule=schedule, target=target, tenant="acme")
     assert job["schedule"] == schedule
     assert job["target"] == {
         "type": "webhook",
-        "url": "http://127.0.0.1:9/x",
+        "url": "http://example.com:9/x",
         "method": "PUT",
         "headers": {},
         "body": None,

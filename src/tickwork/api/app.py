@@ -22,6 +22,7 @@ from tickwork.services.tenants import TenantService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
 from tickwork.version import tickwork_version
+from tickwork.worker.executors.ssrf import AddressPolicy
 
 API_DESCRIPTION = f"""{_package_doc}
 
@@ -48,6 +49,7 @@ def create_app(
         tenants=TenantService(store, clock),
         store=store,
         clock=clock,
+        egress=AddressPolicy(allow=settings.webhook_allow),
     )
     app.state.cluster = ClusterService(store, clock)
     install_error_handlers(app)

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.convertors import Convertor, register_url_convertor
 
 import tickwork.metrics  # noqa: F401 - registers the process's collectors before /metrics reads them
+from tickwork.api.egress import check_destination
 from tickwork.api.errors import error_response
 from tickwork.api.schemas import (
     MAX_RUN_ID,
@@ -35,14 +36,15 @@ from tickwork.api.schemas import (
 )
 from tickwork.api.strict_json import bad_character
 from tickwork.clock import Clock, utc_iso
-from tickwork.domain.jobs import JobState
+from tickwork.domain.jobs import AlertTarget, JobState, TaskTarget, WebhookTarget
 from tickwork.domain.runs import Run
 from tickwork.errors import InvalidInput
 from tickwork.services.dead_letters import DeadLetterService
-from tickwork.services.jobs import JobService
+from tickwork.services.jobs import KEEP, JobService
 from tickwork.services.tenants import TenantService
 from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.timing.preview import preview_cron
+from tickwork.worker.executors.ssrf import AddressPolicy
 
 log = logging.getLogger("tickwork.api")
 
@@ -59,6 +61,7 @@ class ApiContext:
     tenants: TenantService
     store: ScheduleStore
     clock: Clock
+    egress: AddressPolicy  # the workers' SSRF policy, to refuse what it surely would
 
 
 def _context(request: Request) -> ApiContext:
@@ -122,7 +125,9 @@ ops = APIRouter()
 @v1.post("/jobs", status_code=201, tags=["jobs"])
 async def create_job(ctx: Ctx, body: JobCreate, response: Response) -> JobOut:
     """Create a job; it is armed at once (`next_run_at` is its first occurrence from now)."""
-    job = await ctx.jobs.create(body.to_domain())
+    spec = body.to_domain()
+    _check_egress(ctx, spec.target, spec.on_failure)
+    job = await ctx.jobs.create(spec)
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return JobOut.of(job)
 
@@ -167,7 +172,19 @@ async def get_job(ctx: Ctx, job_id: str) -> JobOut:
 @v1.patch("/jobs/{job_id}", tags=["jobs"])
 async def update_job(ctx: Ctx, job_id: str, body: JobUpdate) -> JobOut:
     """Change only the fields given. A new schedule recomputes `next_run_at` from now."""
-    return JobOut.of(await ctx.jobs.update(job_id, body.to_domain()))
+    patch = body.to_domain()
+    _check_egress(ctx, patch.target, None if patch.on_failure is KEEP else patch.on_failure)
+    return JobOut.of(await ctx.jobs.update(job_id, patch))
+
+
+def _check_egress(
+    ctx: ApiContext, target: WebhookTarget | TaskTarget | None, alert: AlertTarget | None
+) -> None:
+    """Refuse a webhook or alert URL the SSRF guard would refuse whatever DNS says."""
+    if isinstance(target, WebhookTarget):
+        check_destination("target.url", target.url, ctx.egress)
+    if alert is not None:
+        check_destination("on_failure.url", alert.url, ctx.egress)
 
 
 @v1.delete("/jobs/{job_id}", status_code=204, tags=["jobs"])
