@@ -32,10 +32,10 @@ class Api:
     store: MemoryStore
 
 
-async def serve(store: MemoryStore) -> AsyncIterator[Api]:
+async def serve(store: MemoryStore, max_body: int = MAX_BODY) -> AsyncIterator[Api]:
     await store.open()
     clock = ManualClock(NOW)
-    app = create_app(store=store, clock=clock, settings=Settings(max_body_bytes=MAX_BODY))
+    app = create_app(store=store, clock=clock, settings=Settings(max_body_bytes=max_body))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://tickwork.test") as client:
         yield Api(client=client, clock=clock, store=store)
@@ -561,6 +561,38 @@ async def test_openapi_and_docs(api: Api) -> None:
     assert "swagger" in docs.text.lower()
 
 
+async def test_the_schema_states_what_the_api_enforces(api: Api) -> None:
+    import jsonschema_rs
+
+    spec = (await api.client.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+
+    def valid(name: str, value: Any) -> bool:
+        schema = {**schemas[name], "components": spec["components"]}  # for its $refs
+        return bool(jsonschema_rs.validator_for(schema).is_valid(value))
+
+    at = "2026-12-24T18:00:00Z"
+    assert valid("ScheduleIn", {"cron": "0 2 * * *", "timezone": "Europe/Berlin"})
+    assert valid("ScheduleIn", {"every": 30, "at": None, "anchor": at})
+    for both in [{"cron": "* * * * *", "every": 30}, {"every": 30, "at": at}, {"start_at": at}]:
+        assert not valid("ScheduleIn", both), both
+    assert not valid("ScheduleIn", {"cron": ""})
+    assert not valid("ScheduleIn", {"every": 30, "timezone": "UTC"})
+    assert not valid("ScheduleIn", {"cron": "* * * * *", "timezone": "Mars/Olympus"})
+    secret = "whsec_" + "A" * 43 + "="
+    assert valid("TenantSecretsIn", {"secrets": [secret]})
+    assert not valid("TenantSecretsIn", {"secrets": []})
+    assert not valid("TenantSecretsIn", {"secrets": [secret] * 3})
+    assert not valid("TenantSecretsIn", {"secrets": ["whsec_c2hvcnQ="]})
+    assert not valid("TargetIn", {"type": "task", "name": "t", "url": "https://example.com"})
+    assert not valid("TargetIn", {"url": "ftp://example.com"})
+    preview = {p["name"]: p["schema"] for p in spec["paths"]["/v1/preview"]["get"]["parameters"]}
+    assert "Europe/Berlin" in preview["timezone"]["enum"]
+    assert preview["cron"]["minLength"] == 1
+    jobs = {p["name"]: p["schema"] for p in spec["paths"]["/v1/jobs"]["get"]["parameters"]}
+    assert jobs["after"]["pattern"] == "^[0-9a-f]{32}$"
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 
@@ -749,6 +781,13 @@ async def test_dead_letter_run_ids_are_still_checked(api: Api) -> None:
         ("/v1/preview", {}, "cron"),
         ("/v1/preview", {"cron": "0 0 30 2 *"}, "schedule.cron"),
         ("/v1/preview", {"cron": "* * * * *", "timezone": "Nowhere"}, "schedule.timezone"),
+        # a file of the zone database, but no zone name (the schema's enum lists the names)
+        (
+            "/v1/preview",
+            {"cron": "* * * * *", "timezone": "posix/Europe/Berlin"},
+            "schedule.timezone",
+        ),
+        ("/v1/preview", {"cron": ""}, "cron"),
         ("/v1/preview", {"cron": "* * * * *", "count": 0}, "count"),
         ("/v1/preview", {"cron": "* * * * *", "count": 1001}, "count"),
         ("/v1/preview", {"cron": "* * * * *", "after": "2026-01-01T00:00:00"}, "after"),
@@ -766,6 +805,41 @@ async def test_bad_runs_paging_is_named(api: Api) -> None:
     job = await create(api)
     response = await api.client.get(f"/v1/jobs/{job['id']}/runs", params={"before": -1})
     assert error_of(response, 422)["field"] == "before"
+
+
+@pytest.fixture
+async def roomy() -> AsyncIterator[Api]:
+    """The API with the default body limit (256 KiB), for bodies that test other limits."""
+    async for served in serve(MemoryStore(), max_body=Settings().max_body_bytes):
+        yield served
+
+
+@pytest.mark.parametrize(
+    ("headers", "complaint"),
+    [
+        ({f"x-h{n}": "1" for n in range(101)}, "at most 100 headers"),
+        ({"x-" + "a" * 255: "1"}, "longer than 256 characters"),
+        ({"x-a": "v" * 8193}, "longer than 8192 characters"),
+        ({"X-A\n": "1"}, "not a valid HTTP token"),  # a trailing newline once slipped through
+        ({"X-A": "1\r\nX-B: 2"}, "control character"),
+    ],
+)
+async def test_target_headers_have_limits_that_name_them(
+    roomy: Api, headers: dict[str, str], complaint: str
+) -> None:
+    for body in (
+        job_body(target={"url": "https://example.com", "headers": headers}),
+        job_body(on_failure={"url": "https://example.com", "headers": headers}),
+    ):
+        error = error_of(await roomy.client.post("/v1/jobs", json=body), 422)
+        assert error["field"] in ("target.headers", "on_failure.headers")
+        assert complaint in error["message"]
+
+
+async def test_headers_at_the_limits_are_accepted(roomy: Api) -> None:
+    headers = {f"x-h{n}": "1" for n in range(99)} | {"x-" + "a" * 254: "v" * 8192}
+    body = job_body(target={"url": "https://example.com", "headers": headers})
+    assert (await roomy.client.post("/v1/jobs", json=body)).status_code == 201
 
 
 # -- no 500 for any input ---------------------------------------------------------------------

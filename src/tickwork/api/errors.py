@@ -44,7 +44,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from tickwork.api.schemas import AlertIn, JobCreate, RetryIn, ScheduleIn, TargetIn
+from tickwork.api.schemas import CODED_ERRORS, AlertIn, JobCreate, RetryIn, ScheduleIn, TargetIn
 from tickwork.errors import Conflict, InvalidInput, NotFound, StoreError, TickworkError
 from tickwork.queue.errors import QueueError
 
@@ -209,7 +209,8 @@ def describe_validation_error(error: Mapping[str, Any]) -> JSONResponse:
         if field is None:
             return error_response(422, "missing", "a JSON object is required as the request body")
         return error_response(422, "missing", f"{field} is required", field)
-    return error_response(422, "invalid", _message(kind, error), field)
+    code = kind if kind in CODED_ERRORS else "invalid"
+    return error_response(422, code, _message(kind, error), field)
 
 
 def _unknown_field_message(loc: Sequence[Any]) -> str:

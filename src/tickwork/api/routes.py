@@ -16,6 +16,7 @@ from tickwork.api.egress import check_destination
 from tickwork.api.errors import error_response
 from tickwork.api.schemas import (
     MAX_RUN_ID,
+    NOT_BLANK,
     DeadLetterList,
     ErrorOut,
     FireOut,
@@ -33,6 +34,8 @@ from tickwork.api.schemas import (
     RunOut,
     TenantSecretsIn,
     TenantSecretsOut,
+    check_zone,
+    documented,
 )
 from tickwork.api.strict_json import bad_character
 from tickwork.clock import Clock, utc_iso
@@ -43,6 +46,7 @@ from tickwork.services.dead_letters import DeadLetterService
 from tickwork.services.jobs import KEEP, JobService
 from tickwork.services.tenants import TenantService
 from tickwork.store.base import JobQuery, ScheduleStore
+from tickwork.timing.cron import ZONE_NAMES
 from tickwork.timing.preview import preview_cron
 from tickwork.worker.executors.ssrf import AddressPolicy
 
@@ -143,7 +147,7 @@ async def list_jobs(
         str | None,
         Query(
             description="next_after of the previous page (a job id)",
-            json_schema_extra={"pattern": JOB_ID_PATTERN},
+            **documented(pattern=JOB_ID_PATTERN),
         ),
     ] = None,
 ) -> JobList:
@@ -292,14 +296,22 @@ def _page(runs: list[Run], limit: int) -> tuple[list[RunOut], int | None]:
 @v1.get("/preview", tags=["preview"])
 async def preview(
     ctx: Ctx,
-    cron: Annotated[str, Query(max_length=200, examples=["30 2 * * *"])],
-    timezone: Annotated[str, Query(max_length=100)] = "UTC",
+    cron: Annotated[
+        str,
+        Query(
+            min_length=1, max_length=200, examples=["30 2 * * *"], **documented(pattern=NOT_BLANK)
+        ),
+    ],
+    timezone: Annotated[
+        str,
+        Query(max_length=100, description="an IANA time zone name", **documented(enum=ZONE_NAMES)),
+    ] = "UTC",
     after: Annotated[Instant | None, Query(description="default: now")] = None,
     count: Annotated[int, Query(ge=1, le=1000)] = 10,
 ) -> PreviewOut:
     """The next `count` fire instants of a cron expression, with DST notes."""
     start = ctx.clock.now() if after is None else after
-    entries = preview_cron(cron, timezone, start, count)
+    entries = preview_cron(cron, check_zone(timezone), start, count)
     fires = [FireOut(utc=utc_iso(e.utc), local=e.local.isoformat(), note=e.note) for e in entries]
     return PreviewOut(fires=fires)
 
