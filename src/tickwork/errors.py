@@ -3,7 +3,8 @@ backend translates them in one place (`store/postgres/errors.py`, `store/sqlite/
 each queue backend in its own module, so callers only ever catch what is drawn below.
 
 TickworkError
- +-- InvalidInput          bad user input: names the field and the fix (HTTP 422, CLI exit 2)
+ +-- InvalidInput          bad user input: names the field and the fix (HTTP 422, or 400 for
+ |                         a request the API cannot read as meant, e.g. a bad cursor; CLI exit 2)
  +-- NotFound              no such job, run, API key or tenant (HTTP 404)
  |    +-- NotDeadLettered  the run is not a dead letter (tickwork.services.dead_letters)
  +-- Conflict              the request clashes with the object's state (HTTP 409)
@@ -38,13 +39,18 @@ class TickworkError(Exception):
 
 
 class InvalidInput(TickworkError):
-    """Bad input; `field` is a dotted path such as `schedule.cron`."""
+    """Bad input; `field` is a dotted path such as `schedule.cron`. `status` is the HTTP
+    status the API answers it with: 422 (a value is wrong), or 400 (the request cannot be read
+    as meant, such as a list cursor that no page ever gave)."""
 
-    def __init__(self, field: str, message: str, *, code: str = "invalid") -> None:
+    def __init__(
+        self, field: str, message: str, *, code: str = "invalid", status: int = 422
+    ) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
         self.code = code
+        self.status = status
 
 
 class NotFound(TickworkError):

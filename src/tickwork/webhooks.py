@@ -14,6 +14,8 @@ Exceptions:
 TickworkError
  +-- WebhookVerificationError   the request is not authentic or not fresh; `reason` says why
 ValueError                      a configuration mistake: a malformed secret, no secrets at all
+TypeError                       a call mistake: `body` that is not the raw body (None, a dict
+                                parsed from JSON), secrets as one string
 """
 
 from __future__ import annotations
@@ -184,8 +186,8 @@ def signature_headers(
 
 def verify(
     *,
-    headers: Mapping[str, str],
-    body: bytes,
+    headers: Mapping[str, str] | Mapping[bytes, bytes],
+    body: bytes | bytearray | memoryview | str,
     secrets: Sequence[str],
     now: datetime | None = None,
     tolerance_s: int = DEFAULT_TOLERANCE_S,
@@ -193,20 +195,28 @@ def verify(
 ) -> Verified:
     """Check a request's signature and freshness; raise WebhookVerificationError if it fails.
 
-    `body` must be the raw bytes received, before any JSON parsing. `now` defaults to the
-    system clock (this helper runs in the user's receiver; tickwork's own code passes an
+    `body` must be the raw body received, before any JSON parsing: bytes (`b""` for a request
+    without one, such as a GET webhook), or that text decoded as UTF-8. Anything else, None
+    included, is a TypeError saying so; parse the JSON only after `verify` returned. `headers`
+    may have str or bytes names and values (bytes as in ASGI, read as Latin-1). `now` defaults
+    to the system clock (this helper runs in the user's receiver; tickwork's own code passes an
     instant from its Clock). `seen` is consulted only after the signature checked out, so
     forged requests cannot fill it.
     """
+    raw = _raw_body(body)
     keys = _keys(secrets)
     if tolerance_s <= 0:
         raise ValueError(f"tolerance_s: must be positive, got {tolerance_s}")
-    fields = {name.lower(): value for name, value in headers.items()}
+    fields = _header_fields(headers)
     msg_id = _required(fields, ID_HEADER)
     timestamp = _parse_timestamp(_required(fields, TIMESTAMP_HEADER))
     signatures = _required(fields, SIGNATURE_HEADER)
     _check_fresh(timestamp, now if now is not None else datetime.now(UTC), tolerance_s)
-    _check_signatures(signatures, keys, _signed_content(msg_id, timestamp, body))
+    try:
+        content = _signed_content(msg_id, timestamp, raw)
+    except UnicodeEncodeError:
+        raise WebhookVerificationError(f"{ID_HEADER} is not valid text") from None
+    _check_signatures(signatures, keys, content)
     return Verified(
         msg_id=msg_id,
         timestamp=timestamp,
@@ -216,6 +226,46 @@ def verify(
         fence=_optional_int(fields, "tickwork-fence"),
         duplicate=seen is not None and not seen.add(msg_id),
     )
+
+
+def _raw_body(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    if isinstance(body, str):
+        try:
+            return body.encode("utf-8")
+        except UnicodeEncodeError:
+            raise WebhookVerificationError(
+                "body: the text is not valid Unicode (a lone surrogate); pass the raw bytes"
+                " received"
+            ) from None
+    if body is None:
+        raise TypeError(
+            "body: pass the raw request body as bytes (b'' for a request without a body), not None"
+        )
+    raise TypeError(
+        f"body: pass the raw request body as bytes, as received, not a {type(body).__name__}"
+        " (verify before parsing the JSON: the signature covers the exact bytes)"
+    )
+
+
+def _header_fields(headers: object) -> dict[str, str]:
+    if not isinstance(headers, Mapping):
+        raise TypeError(f"headers: pass a mapping of header names to values, not {type(headers)}")
+    fields: dict[str, str] = {}
+    for name, value in headers.items():
+        fields[_text(name, "header name").lower()] = _text(value, f"header {name!r}")
+    return fields
+
+
+def _text(value: object, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("latin-1")
+    raise TypeError(f"headers: {what} must be str or bytes, not {type(value).__name__}")
 
 
 def _keys(secrets: Sequence[str]) -> list[bytes]:

@@ -41,12 +41,12 @@ class Api:
         )
 
 
-async def serve(store: MemoryStore) -> AsyncIterator[Api]:
+async def serve(store: MemoryStore, max_body: int = MAX_BODY) -> AsyncIterator[Api]:
     await store.open()
     clock = ManualClock(NOW)
     key = await mint_key(store, clock=clock)
     # No per-key limit: the manual clock stands still, so no bucket would ever refill.
-    settings = Settings(max_body_bytes=MAX_BODY, api_key_rate=0)
+    settings = Settings(max_body_bytes=max_body, api_key_rate=0)
     app = create_app(store=store, clock=clock, settings=settings)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(
@@ -181,12 +181,12 @@ async def test_all_schedule_options_round_trip(api: Api) -> None:
         "misfire": "fire_all",
         "misfire_grace": "PT1M",
     }
-    target = {"url": "http://127.0.0.1:9/x", "method": "put", "timeout": 2.5}
+    target = {"url": "http://example.com:9/x", "method": "put", "timeout": 2.5}
     job = await create(api, schedule=schedule, target=target, tenant="acme")
     assert job["schedule"] == schedule
     assert job["target"] == {
         "type": "webhook",
-        "url": "http://127.0.0.1:9/x",
+        "url": "http://example.com:9/x",
         "method": "PUT",
         "headers": {},
         "body": None,
@@ -368,10 +368,8 @@ async def test_multiplier_must_be_finite(api: Api, number: str) -> None:
         "/v1/jobs", content=raw.encode(), headers={"content-type": "application/json"}
     )
     error = error_of(response, 422)
-    assert (error["field"], error["message"]) == (
-        "retry.multiplier",
-        "Input should be a finite number",
-    )
+    assert (error["code"], error["field"]) == ("invalid_number", "retry.multiplier")
+    assert "send a finite number" in error["message"]
 
 
 @pytest.mark.parametrize(
@@ -584,6 +582,38 @@ async def test_openapi_and_docs(api: Api) -> None:
     assert "swagger" in docs.text.lower()
 
 
+async def test_the_schema_states_what_the_api_enforces(api: Api) -> None:
+    import jsonschema_rs
+
+    spec = (await api.client.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+
+    def valid(name: str, value: Any) -> bool:
+        schema = {**schemas[name], "components": spec["components"]}  # for its $refs
+        return bool(jsonschema_rs.validator_for(schema).is_valid(value))
+
+    at = "2026-12-24T18:00:00Z"
+    assert valid("ScheduleIn", {"cron": "0 2 * * *", "timezone": "Europe/Berlin"})
+    assert valid("ScheduleIn", {"every": 30, "at": None, "anchor": at})
+    for both in [{"cron": "* * * * *", "every": 30}, {"every": 30, "at": at}, {"start_at": at}]:
+        assert not valid("ScheduleIn", both), both
+    assert not valid("ScheduleIn", {"cron": ""})
+    assert not valid("ScheduleIn", {"every": 30, "timezone": "UTC"})
+    assert not valid("ScheduleIn", {"cron": "* * * * *", "timezone": "Mars/Olympus"})
+    secret = "whsec_" + "A" * 43 + "="
+    assert valid("TenantSecretsIn", {"secrets": [secret]})
+    assert not valid("TenantSecretsIn", {"secrets": []})
+    assert not valid("TenantSecretsIn", {"secrets": [secret] * 3})
+    assert not valid("TenantSecretsIn", {"secrets": ["whsec_c2hvcnQ="]})
+    assert not valid("TargetIn", {"type": "task", "name": "t", "url": "https://example.com"})
+    assert not valid("TargetIn", {"url": "ftp://example.com"})
+    preview = {p["name"]: p["schema"] for p in spec["paths"]["/v1/preview"]["get"]["parameters"]}
+    assert "Europe/Berlin" in preview["timezone"]["enum"]
+    assert preview["cron"]["minLength"] == 1
+    jobs = {p["name"]: p["schema"] for p in spec["paths"]["/v1/jobs"]["get"]["parameters"]}
+    assert jobs["after"]["pattern"] == "^[0-9a-f]{32}$"
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 
@@ -740,6 +770,28 @@ async def test_unknown_route_and_wrong_method(api: Api) -> None:
     assert "GET" in response.headers["allow"]
 
 
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT", "PATCH"])
+async def test_redrive_all_is_not_taken_for_a_run_id(api: Api, method: str) -> None:
+    # DELETE /v1/dead-letters/{run_id} used to claim "redrive" as a run id: a 422 about an
+    # integer instead of the 405 naming the method that works
+    response = await api.client.request(method, "/v1/dead-letters/redrive")
+    error = error_of(response, 405)
+    assert error["code"] == "method_not_allowed"
+    assert response.headers["allow"] == "POST"
+    assert (await api.client.post("/v1/dead-letters/redrive")).status_code == 202
+
+
+async def test_dead_letter_run_ids_are_still_checked(api: Api) -> None:
+    for method, path in [
+        ("DELETE", "/v1/dead-letters/abc"),
+        ("POST", "/v1/dead-letters/0/redrive"),
+    ]:
+        error = error_of(await api.client.request(method, path), 422)
+        assert error["field"] == "run_id"
+    response = await api.client.delete("/v1/dead-letters/12")
+    assert error_of(response, 404)["code"] == "not_dead_lettered"
+
+
 @pytest.mark.parametrize(
     ("path", "params", "field"),
     [
@@ -750,6 +802,13 @@ async def test_unknown_route_and_wrong_method(api: Api) -> None:
         ("/v1/preview", {}, "cron"),
         ("/v1/preview", {"cron": "0 0 30 2 *"}, "schedule.cron"),
         ("/v1/preview", {"cron": "* * * * *", "timezone": "Nowhere"}, "schedule.timezone"),
+        # a file of the zone database, but no zone name (the schema's enum lists the names)
+        (
+            "/v1/preview",
+            {"cron": "* * * * *", "timezone": "posix/Europe/Berlin"},
+            "schedule.timezone",
+        ),
+        ("/v1/preview", {"cron": ""}, "cron"),
         ("/v1/preview", {"cron": "* * * * *", "count": 0}, "count"),
         ("/v1/preview", {"cron": "* * * * *", "count": 1001}, "count"),
         ("/v1/preview", {"cron": "* * * * *", "after": "2026-01-01T00:00:00"}, "after"),
@@ -767,6 +826,41 @@ async def test_bad_runs_paging_is_named(api: Api) -> None:
     job = await create(api)
     response = await api.client.get(f"/v1/jobs/{job['id']}/runs", params={"before": -1})
     assert error_of(response, 422)["field"] == "before"
+
+
+@pytest.fixture
+async def roomy() -> AsyncIterator[Api]:
+    """The API with the default body limit (256 KiB), for bodies that test other limits."""
+    async for served in serve(MemoryStore(), max_body=Settings().max_body_bytes):
+        yield served
+
+
+@pytest.mark.parametrize(
+    ("headers", "complaint"),
+    [
+        ({f"x-h{n}": "1" for n in range(101)}, "at most 100 headers"),
+        ({"x-" + "a" * 255: "1"}, "longer than 256 characters"),
+        ({"x-a": "v" * 8193}, "longer than 8192 characters"),
+        ({"X-A\n": "1"}, "not a valid HTTP token"),  # a trailing newline once slipped through
+        ({"X-A": "1\r\nX-B: 2"}, "control character"),
+    ],
+)
+async def test_target_headers_have_limits_that_name_them(
+    roomy: Api, headers: dict[str, str], complaint: str
+) -> None:
+    for body in (
+        job_body(target={"url": "https://example.com", "headers": headers}),
+        job_body(on_failure={"url": "https://example.com", "headers": headers}),
+    ):
+        error = error_of(await roomy.client.post("/v1/jobs", json=body), 422)
+        assert error["field"] in ("target.headers", "on_failure.headers")
+        assert complaint in error["message"]
+
+
+async def test_headers_at_the_limits_are_accepted(roomy: Api) -> None:
+    headers = {f"x-h{n}": "1" for n in range(99)} | {"x-" + "a" * 254: "v" * 8192}
+    body = job_body(target={"url": "https://example.com", "headers": headers})
+    assert (await roomy.client.post("/v1/jobs", json=body)).status_code == 201
 
 
 # -- no 500 for any input ---------------------------------------------------------------------

@@ -136,7 +136,7 @@ def test_create_from_a_file(cli: Any, tmp_path: Path) -> None:
     body = {
         "name": "from-file",
         "schedule": {"at": "2026-06-01T00:00:00Z"},
-        "target": {"url": "http://127.0.0.1:9/x"},
+        "target": {"url": "https://example.com:9/x"},
     }
     path = tmp_path / "job.json"
     path.write_text(json.dumps(body))

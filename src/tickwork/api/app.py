@@ -27,12 +27,16 @@ from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
 from tickwork.timing.rate_limit import Limit
 from tickwork.version import tickwork_version
+from tickwork.worker.executors.ssrf import AddressPolicy
 
 API_DESCRIPTION = f"""{_package_doc}
 
 Every error response has the shape
 `{{"error": {{"code": str, "message": str, "field": str|null}}}}`.
-Timestamps are ISO-8601; responses give them in UTC with a trailing `Z`."""
+Timestamps are ISO-8601; responses give them in UTC with a trailing `Z`.
+Bodies are strict JSON (UTF-8; no NaN or Infinity; no key twice; integers of at most 1000
+digits), and no text, in a body or a parameter, may contain NUL (U+0000) or a lone surrogate.
+Rules this schema cannot state are refused with codes of their own (docs/api.md, "Errors")."""
 
 
 def create_app(
@@ -53,6 +57,7 @@ def create_app(
         tenants=TenantService(store, clock),
         store=store,
         clock=clock,
+        egress=AddressPolicy(allow=settings.webhook_allow),
     )
     app.state.cluster = ClusterService(store, clock)
     limit = Limit(rate=settings.api_key_rate, burst=settings.api_key_burst)

@@ -7,6 +7,7 @@ Which exception becomes which response (tickwork's own errors: `ERROR_MAP`, firs
     Forbidden                          403     "forbidden"
     RateLimited                        429     "rate_limited", with Retry-After (its own wait)
     InvalidInput                       422     its own (default "invalid"), with its field
+                                       (or its own status: 400 for a bad cursor)
     NotFound / unknown route           404     "not_found"
       ... NotDeadLettered              404     "not_dead_lettered"
     Conflict, StaleJob                 409     "conflict"
@@ -16,7 +17,15 @@ Which exception becomes which response (tickwork's own errors: `ERROR_MAP`, firs
     pydantic validation of the request 422     "invalid", "unknown_field", "missing"
       ... of a body that is not JSON   400     "malformed_json"
       ... sent without a JSON type     415     "unsupported_media_type"
-    body over settings.max_body_bytes  413     "body_too_large"   (api.middleware)
+    a JSON body that is not strict     400     "malformed_json" (not UTF-8, not JSON)
+      JSON (api.strict_json, run by    422     "invalid_number" (NaN, Infinity, 1e999, an
+      api.middleware)                          integer of 1,000+ digits), "duplicate_key",
+                                               "invalid_character" (NUL, lone surrogate)
+    NUL in a path or query parameter   422     "invalid_character" (routes.clean_parameters)
+    a list cursor no page gave         400     "invalid_cursor" (an InvalidInput with status)
+    body over settings.max_body_bytes  413     "body_too_large"   (api.middleware; closes the
+                                               connection)
+    more than 100 request headers      431     "too_many_headers" (api.middleware)
     wrong method                       405     "method_not_allowed"
     anything else                      500     "internal_error"   (api.middleware; logged)
 
@@ -38,7 +47,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from tickwork.api.schemas import AlertIn, JobCreate, RetryIn, ScheduleIn, TargetIn
+from tickwork.api.schemas import CODED_ERRORS, AlertIn, JobCreate, RetryIn, ScheduleIn, TargetIn
 from tickwork.errors import (
     Conflict,
     Forbidden,
@@ -79,7 +88,7 @@ _ALIASES = {
 }
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 _HTTP_CODES = {
-    400: "malformed_json",  # FastAPI's only 400: a body it could not parse (e.g. nested too deep)
+    400: "malformed_json",  # FastAPI's only 400: a body it could not parse
     404: "not_found",
     405: "method_not_allowed",
     413: "body_too_large",
@@ -106,7 +115,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 async def _invalid_input(request: Request, exc: InvalidInput) -> JSONResponse:
-    return error_response(422, exc.code, exc.message, exc.field)
+    return error_response(exc.status, exc.code, exc.message, exc.field)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,7 +183,7 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
         message = f"{request.method} is not allowed on {request.url.path}; use {allow}"
         return error_response(405, code, message, headers={"Allow": allow})
     elif exc.status_code == 400:
-        message = "the body could not be parsed as JSON (is it nested too deeply?)"
+        message = "the body could not be parsed as JSON"
     else:
         message = str(exc.detail)
     return error_response(exc.status_code, code, message, headers=exc.headers)
@@ -224,7 +233,8 @@ def describe_validation_error(error: Mapping[str, Any]) -> JSONResponse:
         if field is None:
             return error_response(422, "missing", "a JSON object is required as the request body")
         return error_response(422, "missing", f"{field} is required", field)
-    return error_response(422, "invalid", _message(kind, error), field)
+    code = kind if kind in CODED_ERRORS else "invalid"
+    return error_response(422, code, _message(kind, error), field)
 
 
 def _unknown_field_message(loc: Sequence[Any]) -> str:

@@ -1,8 +1,14 @@
 """The API's outer guard, as plain ASGI (it must run before anything reads the body).
 
+* It refuses a request with more than `MAX_HEADERS` headers (431) before reading its body.
 * It caps the request body at `max_body_bytes`: a declared Content-Length over the cap is
   refused without reading, and a body streamed without one (chunked) is counted while read and
-  refused as soon as it passes the cap. Either way nothing parses an oversized body.
+  refused as soon as it passes the cap. Either way nothing parses an oversized body, and the
+  413 carries `Connection: close`, which makes uvicorn close the connection once the answer is
+  out instead of reading (and discarding) the rest of an upload that may never end.
+* It reads a JSON body as strict JSON (`api.strict_json`): no NaN or Infinity, no duplicate
+  keys, no NUL or lone surrogate, no 1,000+ digit integer, UTF-8 only; each refused with the
+  offending field's path.
 * It turns an exception nobody handled into a 500 in the API's error shape, logged with its
   traceback, instead of a bare text page.
 """
@@ -14,8 +20,14 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tickwork.api.errors import error_response
+from tickwork.api.strict_json import check_json_body, is_json_media_type
 
 log = logging.getLogger("tickwork.api")
+
+MAX_HEADERS = 100  # a browser sends about 20; uvicorn itself caps only their total size
+# An oversized upload is not read to its end: the 413 closes the connection.
+_CLOSE = {"Connection": "close"}
+Refusal = tuple[int, str, str, str | None, dict[str, str] | None]
 
 
 class EdgeMiddleware:
@@ -27,32 +39,49 @@ class EdgeMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._check_declared_length(scope)
+        refusal = self._check_headers(scope)
         body: bytes | None = None
         if refusal is None:
             body, refusal = await self._read_body(receive)
+        if refusal is None and body:
+            refusal = self._check_json(scope, body)
         if refusal is not None:
-            await error_response(*refusal)(scope, receive, send)
+            status, code, message, field, headers = refusal
+            await error_response(status, code, message, field, headers)(scope, receive, send)
             return
         if body is None:  # the client went away mid-body
             return
         await self._call_app(scope, _replay(body, receive), send)
 
-    def _check_declared_length(self, scope: Scope) -> tuple[int, str, str] | None:
-        for name, value in scope.get("headers", ()):
+    def _check_headers(self, scope: Scope) -> Refusal | None:
+        headers = scope.get("headers", ())
+        if len(headers) > MAX_HEADERS:
+            message = f"the request has {len(headers)} headers; at most {MAX_HEADERS} are accepted"
+            return 431, "too_many_headers", message, None, _CLOSE
+        for name, value in headers:
             if name != b"content-length":
                 continue
             try:
                 declared = int(value)
             except ValueError:
-                return 400, "bad_request", "Content-Length is not a number"
+                return 400, "bad_request", "Content-Length is not a number", None, _CLOSE
             if declared > self.max_body_bytes:
                 return self._too_large()
         return None
 
-    async def _read_body(
-        self, receive: Receive
-    ) -> tuple[bytes | None, tuple[int, str, str] | None]:
+    @staticmethod
+    def _check_json(scope: Scope, body: bytes) -> Refusal | None:
+        content_type = next(
+            (value for name, value in scope.get("headers", ()) if name == b"content-type"), None
+        )
+        if content_type is None or not is_json_media_type(content_type.decode("latin-1")):
+            return None  # not JSON to FastAPI either (it answers 415 where it wants JSON)
+        problem = check_json_body(body)
+        if problem is None:
+            return None
+        return problem.status, problem.code, problem.message, problem.field, None
+
+    async def _read_body(self, receive: Receive) -> tuple[bytes | None, Refusal | None]:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -67,9 +96,10 @@ class EdgeMiddleware:
             if not message.get("more_body", False):
                 return b"".join(chunks), None
 
-    def _too_large(self) -> tuple[int, str, str]:
+    def _too_large(self) -> Refusal:
         limit = self.max_body_bytes
-        return 413, "body_too_large", f"the request body is over the {limit}-byte limit"
+        message = f"the request body is over the {limit}-byte limit (max_body_bytes)"
+        return 413, "body_too_large", message, None, _CLOSE
 
     async def _call_app(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.convertors import Convertor, register_url_convertor
 
 import tickwork.metrics  # noqa: F401 - registers the process's collectors before /metrics reads them
 from tickwork.api.audit import noted
 from tickwork.api.auth import Caller, Writer, caller, job_for, tenant_scope, visible_tenant
+from tickwork.api.egress import check_destination
 from tickwork.api.errors import error_response
 from tickwork.api.schemas import (
     MAX_RUN_ID,
+    NOT_BLANK,
     DeadLetterList,
     ErrorOut,
     FireOut,
@@ -32,19 +36,27 @@ from tickwork.api.schemas import (
     RunOut,
     TenantSecretsIn,
     TenantSecretsOut,
+    check_zone,
+    documented,
 )
+from tickwork.api.strict_json import bad_character
 from tickwork.clock import Clock, utc_iso
-from tickwork.domain.jobs import JobState
+from tickwork.domain.jobs import AlertTarget, JobState, TaskTarget, WebhookTarget
 from tickwork.domain.keys import Principal
 from tickwork.domain.runs import Run
-from tickwork.errors import NotFound
+from tickwork.errors import InvalidInput, NotFound
 from tickwork.services.dead_letters import DeadLetterService, NotDeadLettered
-from tickwork.services.jobs import JobService, unknown_tenant
+from tickwork.services.jobs import KEEP, JobService, unknown_tenant
 from tickwork.services.tenants import TenantService
 from tickwork.store.base import JobQuery, ScheduleStore
+from tickwork.timing.cron import ZONE_NAMES
 from tickwork.timing.preview import preview_cron
+from tickwork.worker.executors.ssrf import AddressPolicy
 
 log = logging.getLogger("tickwork.api")
+
+JOB_ID_PATTERN = "^[0-9a-f]{32}$"  # `rules.new_job_id`
+_JOB_ID = re.compile(JOB_ID_PATTERN)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,6 +68,7 @@ class ApiContext:
     tenants: TenantService
     store: ScheduleStore
     clock: Clock
+    egress: AddressPolicy  # the workers' SSRF policy, to refuse what it surely would
 
 
 def _context(request: Request) -> ApiContext:
@@ -85,8 +98,40 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     }.items()
 }
 
-# Every /v1 route needs a key: the router itself depends on it (api/auth.py).
-v1 = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[Depends(caller)])
+
+class _DeadLetterId(Convertor[str]):
+    """A `{run_id}` segment under /v1/dead-letters that is not the word `redrive`: otherwise
+    `DELETE /v1/dead-letters/redrive` is taken for run "redrive" (a 422 about an integer)
+    instead of a 405 naming POST. Only the route's matching changes: the value is still a
+    string for FastAPI to validate as a run id, so `/v1/dead-letters/abc` stays a 422."""
+
+    regex = "(?!redrive$)[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("dead_letter_id", _DeadLetterId())
+
+
+def clean_parameters(request: Request) -> None:
+    """Refuse a NUL or a lone surrogate in any path or query parameter, naming it: no job,
+    tenant or filter can contain one, and PostgreSQL refuses them with a driver error."""
+    params = [*request.path_params.items(), *request.query_params.multi_items()]
+    for name, value in params:
+        problem = bad_character(name) or bad_character(value)
+        if problem is not None:
+            raise InvalidInput(name, f"the parameter {problem}", code="invalid_character")
+
+
+# Every /v1 route needs a key: the router itself depends on it (api/auth.py), before the
+# parameters are looked at.
+v1 = APIRouter(
+    prefix="/v1", responses=_ERRORS, dependencies=[Depends(caller), Depends(clean_parameters)]
+)
 ops = APIRouter()
 
 
@@ -99,6 +144,7 @@ async def create_job(ctx: Ctx, who: Writer, body: JobCreate, response: Response)
         spec = replace(spec, tenant=str(who.tenant))
     if not who.sees(spec.tenant):
         raise unknown_tenant(spec.tenant)
+    _check_egress(ctx, spec.target, spec.on_failure)
     job = await ctx.jobs.create(spec)
     noted(resource=f"job {job.id}", tenant=job.tenant)
     response.headers["Location"] = f"/v1/jobs/{job.id}"
@@ -113,10 +159,24 @@ async def list_jobs(
     name_prefix: Annotated[str | None, Query(max_length=200)] = None,
     tenant: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    after: Annotated[str | None, Query(max_length=64, description="next_after of a page")] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            description="next_after of the previous page (a job id)",
+            **documented(pattern=JOB_ID_PATTERN),
+        ),
+    ] = None,
 ) -> JobList:
     """Jobs in creation order, one page at a time (keyset pagination on the id); a tenant
     key's list holds its tenant's jobs only."""
+    if after is not None and not _JOB_ID.fullmatch(after):
+        raise InvalidInput(
+            "after",
+            "not a cursor: pass the next_after of the previous page (a job id, 32 hex digits)"
+            " or leave it out for the first page",
+            code="invalid_cursor",
+            status=400,
+        )
     if tenant is not None and not who.sees(tenant):
         return JobList(jobs=[], next_after=None)
     query = JobQuery(
@@ -143,7 +203,18 @@ async def update_job(ctx: Ctx, who: Writer, job_id: str, body: JobUpdate) -> Job
     patch = body.to_domain()
     if patch.tenant is not None and not who.sees(patch.tenant):
         raise unknown_tenant(patch.tenant)
+    _check_egress(ctx, patch.target, None if patch.on_failure is KEEP else patch.on_failure)
     return JobOut.of(await ctx.jobs.update(job_id, patch))
+
+
+def _check_egress(
+    ctx: ApiContext, target: WebhookTarget | TaskTarget | None, alert: AlertTarget | None
+) -> None:
+    """Refuse a webhook or alert URL the SSRF guard would refuse whatever DNS says."""
+    if isinstance(target, WebhookTarget):
+        check_destination("target.url", target.url, ctx.egress)
+    if alert is not None:
+        check_destination("on_failure.url", alert.url, ctx.egress)
 
 
 @v1.delete("/jobs/{job_id}", status_code=204, tags=["jobs"])
@@ -218,7 +289,7 @@ async def redrive_dead_letters(ctx: Ctx, who: Writer, job_id: JobFilter = None) 
     return RedriveOut(redriven=await ctx.dead_letters.redrive(job_id, tenant=scope))
 
 
-@v1.post("/dead-letters/{run_id}/redrive", status_code=202, tags=["dead letters"])
+@v1.post("/dead-letters/{run_id:dead_letter_id}/redrive", status_code=202, tags=["dead letters"])
 async def redrive_dead_letter(ctx: Ctx, who: Writer, run_id: RunId) -> RedriveOut:
     """Give one dead letter one more attempt; 404 `not_dead_lettered` if it is not one."""
     await _check_run(ctx, who, run_id)
@@ -233,7 +304,7 @@ async def purge_dead_letters(ctx: Ctx, who: Writer, job_id: JobFilter = None) ->
     return PurgeOut(purged=await ctx.dead_letters.purge(job_id, tenant=tenant_scope(who, None)))
 
 
-@v1.delete("/dead-letters/{run_id}", status_code=204, tags=["dead letters"])
+@v1.delete("/dead-letters/{run_id:dead_letter_id}", status_code=204, tags=["dead letters"])
 async def purge_dead_letter(ctx: Ctx, who: Writer, run_id: RunId) -> Response:
     """Drop one dead letter from the queue; 404 `not_dead_lettered` if it is not one."""
     await _check_run(ctx, who, run_id)
@@ -293,14 +364,22 @@ def _page(runs: list[Run], limit: int) -> tuple[list[RunOut], int | None]:
 @v1.get("/preview", tags=["preview"])
 async def preview(
     ctx: Ctx,
-    cron: Annotated[str, Query(max_length=200, examples=["30 2 * * *"])],
-    timezone: Annotated[str, Query(max_length=100)] = "UTC",
+    cron: Annotated[
+        str,
+        Query(
+            min_length=1, max_length=200, examples=["30 2 * * *"], **documented(pattern=NOT_BLANK)
+        ),
+    ],
+    timezone: Annotated[
+        str,
+        Query(max_length=100, description="an IANA time zone name", **documented(enum=ZONE_NAMES)),
+    ] = "UTC",
     after: Annotated[Instant | None, Query(description="default: now")] = None,
     count: Annotated[int, Query(ge=1, le=1000)] = 10,
 ) -> PreviewOut:
     """The next `count` fire instants of a cron expression, with DST notes."""
     start = ctx.clock.now() if after is None else after
-    entries = preview_cron(cron, timezone, start, count)
+    entries = preview_cron(cron, check_zone(timezone), start, count)
     fires = [FireOut(utc=utc_iso(e.utc), local=e.local.isoformat(), note=e.note) for e in entries]
     return PreviewOut(fires=fires)
 

@@ -21,10 +21,12 @@ from pydantic import (
     Field,
     JsonValue,
     SerializerFunctionWrapHandler,
+    WithJsonSchema,
     field_validator,
     model_serializer,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from tickwork.clock import utc_iso
 from tickwork.domain.jobs import (
@@ -47,19 +49,41 @@ from tickwork.services.jobs import KEEP, JobPatch, JobSpec, Keep, RunDetail
 from tickwork.services.rules import (
     ANCHOR_AT_ACCEPT,
     MAX_ATTEMPTS,
+    MAX_HEADER_NAME_CHARS,
+    MAX_HEADER_VALUE_CHARS,
+    MAX_HEADERS,
     MAX_MULTIPLIER,
     MAX_NAME_CHARS,
     MAX_TENANT_CHARS,
+    MAX_URL_CHARS,
     check_secrets,
     check_webhook_url,
     retry_policy,
 )
 from tickwork.services.tenants import TenantSigning
+from tickwork.timing.cron import TIMEZONE_FIELD, ZONE_NAMES, load_zone
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
-from tickwork.webhooks import fingerprint
+from tickwork.webhooks import MAX_SIGNING_SECRETS, fingerprint
 
 DEFAULT_TIMEOUT = "PT10S"
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+HEADER_NAME_PATTERN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # an RFC 9110 token
+_HEADER_NAME = re.compile(HEADER_NAME_PATTERN)
+# No control character but TAB: no CR/LF injection (JSON Schema and Python read it alike).
+HEADER_VALUE_PATTERN = "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$"
+NOT_BLANK = "\\S"  # has a character that is not white space (a search, not a full match)
+# `webhooks.parse_secret`: whsec_ (optional) and the base64 of 24 or more bytes, white space
+# around it ignored.
+SECRET_PATTERN = (
+    "^\\s*(whsec_)?(?:[A-Za-z0-9+/]{4}){8,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?\\s*$"
+)
+
+
+def documented(**keywords: Any) -> dict[str, Any]:
+    """JSON Schema keywords for a rule the API enforces in its own code, with its own messages
+    (a pydantic `pattern` would answer "String should match pattern '...'"): the schema shows
+    the rule, the code keeps the message. tests/integration/test_api_schemathesis.py checks
+    that both agree."""
+    return {"json_schema_extra": keywords}
 
 
 def _duration_shape(value: Any) -> Any:
@@ -85,7 +109,9 @@ def _in_range(when: datetime) -> datetime:
     except OverflowError:
         utc = EARLIEST - timedelta(days=1)  # year 1 or 9999 with an offset: far out of range
     if not EARLIEST <= utc < LATEST:
-        raise ValueError(f"give an instant from {EARLIEST.year} to {LATEST.year - 1}")
+        raise PydanticCustomError(
+            "invalid_instant", f"give an instant from {EARLIEST.year} to {LATEST.year - 1}"
+        )
     return utc
 
 
@@ -105,14 +131,69 @@ class _Output(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _whole(value: Any) -> Any:
+    # JSON Schema's integer includes 5.0 (a number with no fraction); strict ints refuse the
+    # rest of what pydantic would coerce: true, "5", 5.5.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole), Field(strict=True)]
+
+
 # -- requests ---------------------------------------------------------------------------------
+
+
+def _one_schedule_kind(schema: dict[str, Any]) -> None:
+    """Exactly one of cron, every or at (null counts as absent), with timezone only beside
+    cron and anchor only beside every: what `ScheduleIn._one_kind` enforces."""
+    only = {"cron": ("timezone",), "every": ("anchor",), "at": ()}
+    variants = []
+    for kind, companions in only.items():
+        others = [k for k in ("cron", "every", "at", "timezone", "anchor") if k != kind]
+        nulls = {k: {"type": "null"} for k in others if k not in companions}
+        variants.append(
+            {"required": [kind], "properties": {kind: {"not": {"type": "null"}}, **nulls}}
+        )
+    schema["oneOf"] = variants
+
+
+ZoneName = Annotated[
+    str,
+    Field(
+        max_length=100,
+        description="an IANA time zone name, e.g. Europe/Berlin",
+        examples=["Europe/Berlin", "UTC"],
+        **documented(enum=ZONE_NAMES),
+    ),
+]
+
+
+def check_zone(name: str, field: str = TIMEZONE_FIELD) -> str:
+    """The zone, if it is one the schema lists (ZONE_NAMES); InvalidInput naming `field`."""
+    if name not in _ZONES:
+        load_zone(name)  # says what is wrong and suggests a name ...
+        raise InvalidInput(  # ... or it is a file the zone database has but lists no zone for
+            field,
+            f"{name!r} is not a time zone name; use an IANA name such as 'Europe/Berlin'",
+            code="unknown_timezone",
+        )
+    return name
+
+
+_ZONES = frozenset(ZONE_NAMES)
 
 
 class ScheduleIn(_Input):
     """Exactly one of `cron`, `every`, `at`, plus the options common to all three."""
 
-    cron: str | None = Field(None, max_length=200, examples=["0 2 * * *"])
-    timezone: str | None = Field(None, max_length=100, description="IANA zone; cron only")
+    model_config = ConfigDict(json_schema_extra=_one_schedule_kind)
+
+    cron: str | None = Field(
+        None, min_length=1, max_length=200, examples=["0 2 * * *"], **documented(pattern=NOT_BLANK)
+    )
+    timezone: ZoneName | None = Field(None, description="IANA zone; cron only")
     every: Duration | None = None
     anchor: Instant | None = Field(None, description="every only; default: when accepted")
     at: Instant | None = None
@@ -149,7 +230,8 @@ class ScheduleIn(_Input):
 
     def _trigger(self, parse_ms: Callable[..., int]) -> Trigger:
         if self.cron is not None:
-            return CronTrigger(expr=self.cron, timezone=self.timezone or "UTC")
+            zone = "UTC" if self.timezone is None else check_zone(self.timezone)
+            return CronTrigger(expr=self.cron, timezone=zone)
         if self.every is not None:
             interval_ms = parse_ms(self.every, field="schedule.every")
             return EveryTrigger(interval_ms=interval_ms, anchor=self.anchor or ANCHOR_AT_ACCEPT)
@@ -157,38 +239,119 @@ class ScheduleIn(_Input):
         return AtTrigger(at=self.at)
 
 
+def _checked_url(url: str) -> None:
+    try:
+        check_webhook_url(url)
+    except ValueError as exc:
+        raise PydanticCustomError("invalid_url", str(exc)) from None
+
+
+# The shape of an http(s) URL with a host; `check_webhook_url` has the rest (a port in range,
+# brackets around an IPv6 address) and the messages.
+URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]?://[^\\s/?#]+([/?#]\\S*)?$"
+# Error types whose name is the API's error code (the rest are "invalid"): rules the schema
+# states only in part.
+CODED_ERRORS = frozenset({"invalid_url", "invalid_instant"})
+
+
 def _header_syntax(headers: dict[str, str]) -> dict[str, str]:
+    if len(headers) > MAX_HEADERS:
+        raise ValueError(f"give at most {MAX_HEADERS} headers, got {len(headers)}")
     for name, value in headers.items():
-        if not _HEADER_NAME.match(name):
-            raise ValueError(f"header name {name!r} is not a valid HTTP token")
+        if not _HEADER_NAME.fullmatch(name):
+            raise ValueError(f"header name {name[:60]!r} is not a valid HTTP token")
+        if len(name) > MAX_HEADER_NAME_CHARS:
+            raise ValueError(
+                f"header name {name[:60]!r}... is longer than {MAX_HEADER_NAME_CHARS} characters"
+            )
         if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
             raise ValueError(f"header {name!r} has a control character (CR, LF, ...)")
+        if len(value) > MAX_HEADER_VALUE_CHARS:
+            raise ValueError(
+                f"header {name!r} has a value longer than {MAX_HEADER_VALUE_CHARS} characters"
+            )
     return headers
 
 
-Headers = Annotated[dict[str, str], AfterValidator(_header_syntax), Field(max_length=100)]
-# Write-only: accepted here, never part of a response. Checked by `check_secrets` (which never
-# repeats a secret in its errors) rather than by validators whose messages could.
-Secrets = Annotated[
-    list[Annotated[str, Field(max_length=200)]],
-    Field(
-        max_length=10,
-        description="1 or 2 whsec_... signing secrets (2 during a rotation); write-only",
+Headers = Annotated[
+    dict[str, str],
+    AfterValidator(_header_syntax),
+    # Written out: pydantic would describe max_length on a dict as maxLength (a string keyword).
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": MAX_HEADERS,
+            "propertyNames": {
+                "minLength": 1,
+                "maxLength": MAX_HEADER_NAME_CHARS,
+                "pattern": HEADER_NAME_PATTERN,
+            },
+            "additionalProperties": {
+                "type": "string",
+                "maxLength": MAX_HEADER_VALUE_CHARS,
+                "pattern": HEADER_VALUE_PATTERN,
+            },
+        }
     ),
 ]
+# Write-only: accepted here, never part of a response. Checked by `check_secrets` (which never
+# repeats a secret in its errors) rather than by validators whose messages could.
+Secret = Annotated[str, Field(max_length=200, **documented(pattern=SECRET_PATTERN))]
+Secrets = Annotated[
+    list[Secret],
+    Field(
+        max_length=10,  # a bound on the work; `check_secrets` refuses more than 2 in its words
+        description="1 or 2 whsec_... signing secrets (2 during a rotation); write-only",
+        **documented(maxItems=MAX_SIGNING_SECRETS),
+    ),
+]
+
+
+_WEBHOOK_ONLY = ("url", "method", "headers", "body", "secrets")
+_TASK_ONLY = ("name", "args")
+
+
+def _one_target_type(schema: dict[str, Any]) -> None:
+    """A webhook (type absent or "webhook") with a url and none of the task's fields, or a task
+    (type "task") with a name and none of the webhook's: what `TargetIn.to_domain` enforces."""
+    schema["oneOf"] = [
+        {
+            "properties": {"type": {"const": "webhook"}, "url": {"type": "string"}},
+            "required": ["url"],
+            "not": {"anyOf": [{"required": [f]} for f in _TASK_ONLY]},
+        },
+        {
+            "properties": {"type": {"const": "task"}, "name": {"type": "string"}},
+            "required": ["type", "name"],
+            "not": {"anyOf": [{"required": [f]} for f in _WEBHOOK_ONLY]},
+        },
+    ]
 
 
 class TargetIn(_Input):
     """A webhook (`type` "webhook": url, method, headers, body, secrets) or a Python task
     registered in the workers (`type` "task": name, args). `timeout` applies to both."""
 
+    model_config = ConfigDict(json_schema_extra=_one_target_type)
+
     type: Literal["webhook", "task"] = "webhook"
-    url: str | None = Field(None, max_length=2048, examples=["https://example.com/hook"])
+    url: str | None = Field(
+        None,
+        max_length=MAX_URL_CHARS,
+        examples=["https://example.com/hook"],
+        **documented(pattern=URL_PATTERN),
+    )
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
     headers: Headers = Field(default_factory=dict)
     body: JsonValue = None
     secrets: Secrets | None = None
-    name: str | None = Field(None, max_length=200, description="task: its registered name")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="task: its registered name",
+        **documented(pattern=NOT_BLANK),
+    )
     args: JsonValue = Field(None, description="task: a JSON value passed as ctx.args")
     timeout: Duration | None = Field(
         None, description="webhook: default PT10S, at most PT5M; task: default PT1M, at most PT1H"
@@ -198,7 +361,7 @@ class TargetIn(_Input):
     @classmethod
     def _http_url(cls, url: str | None) -> str | None:
         if url is not None:
-            check_webhook_url(url)
+            _checked_url(url)
         return url
 
     @field_validator("method", mode="before")
@@ -209,7 +372,7 @@ class TargetIn(_Input):
     def to_domain(self) -> WebhookTarget | TaskTarget:
         if self.type == "task":
             return self._task()
-        for field in ("name", "args"):
+        for field in _TASK_ONLY:
             if field in self.model_fields_set:
                 raise InvalidInput(f"target.{field}", 'only a "task" target takes it')
         if self.url is None:
@@ -231,7 +394,7 @@ class TargetIn(_Input):
         return check_secrets("target.secrets", self.secrets or ())
 
     def _task(self) -> TaskTarget:
-        for field in ("url", "method", "headers", "body", "secrets"):
+        for field in _WEBHOOK_ONLY:
             if field in self.model_fields_set:
                 raise InvalidInput(f"target.{field}", 'a "task" target does not take it')
         if not self.name:
@@ -262,9 +425,8 @@ _DEFAULT_RETRY = RetryPolicy()
 class RetryIn(_Input):
     """What to do when an attempt fails; every field is optional."""
 
-    max_attempts: int = Field(
+    max_attempts: WholeNumber = Field(
         _DEFAULT_RETRY.max_attempts,
-        strict=True,
         ge=1,
         le=MAX_ATTEMPTS,
         description="attempts in all, the first one included",
@@ -298,20 +460,26 @@ class RetryIn(_Input):
 class AlertIn(_Input):
     """Where to POST a JSON alert when one of the job's occurrences is dead-lettered."""
 
-    url: str = Field(max_length=2048, examples=["https://example.com/alerts"])
+    url: str = Field(
+        max_length=MAX_URL_CHARS,
+        examples=["https://example.com/alerts"],
+        **documented(pattern=URL_PATTERN),
+    )
     headers: Headers = Field(default_factory=dict)
 
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        check_webhook_url(url)
+        _checked_url(url)
         return url
 
     def to_domain(self) -> AlertTarget:
         return AlertTarget(url=self.url, headers=dict(self.headers))
 
 
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+Name = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_CHARS, **documented(pattern=NOT_BLANK))
+]
 Tenant = Annotated[str, Field(min_length=1, max_length=MAX_TENANT_CHARS)]
 
 
@@ -362,7 +530,7 @@ class JobUpdate(_Input):
 
 
 class TenantSecretsIn(_Input):
-    secrets: Secrets
+    secrets: Secrets = Field(**documented(minItems=1))  # none: TenantService says DELETE
 
 
 # -- responses --------------------------------------------------------------------------------

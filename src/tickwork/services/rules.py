@@ -52,6 +52,9 @@ from tickwork.webhooks import MAX_SIGNING_SECRETS, parse_secret
 __all__ = [
     "ANCHOR_AT_ACCEPT",
     "MAX_ATTEMPTS",
+    "MAX_HEADERS",
+    "MAX_HEADER_NAME_CHARS",
+    "MAX_HEADER_VALUE_CHARS",
     "MAX_MULTIPLIER",
     "MAX_NAME_CHARS",
     "MAX_TASK_TIMEOUT_S",
@@ -82,6 +85,9 @@ MAX_NAME_CHARS: Final = 200
 MAX_TENANT_CHARS: Final = 100
 MAX_TIMEOUT_S: Final = 300.0
 MAX_URL_CHARS: Final = 2048
+MAX_HEADERS: Final = 100  # on a webhook target or an alert
+MAX_HEADER_NAME_CHARS: Final = 256
+MAX_HEADER_VALUE_CHARS: Final = 8192
 MAX_TASK_TIMEOUT_S: Final = 3600.0
 WEBHOOK_METHODS: Final = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 MAX_ATTEMPTS: Final = 100

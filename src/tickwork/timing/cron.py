@@ -74,6 +74,10 @@ _MONTH_NAMES = (
 )
 _DAYS_IN_MONTH = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Zulu"})
+# Every zone name the time zone database lists (the tzdata package, and the system's), sorted:
+# what the API accepts and its schema enumerates. `load_zone` alone also opens files that are
+# no zone names, such as posix/Europe/Berlin.
+ZONE_NAMES: tuple[str, ...] = tuple(sorted(zoneinfo.available_timezones() | _UTC_NAMES))
 # Validation looks for a first fire from a fixed instant, so parsing never reads the clock.
 _VALIDATION_ORIGIN = datetime(2000, 1, 1)
 _ONE_US = timedelta(microseconds=1)

@@ -33,6 +33,9 @@ def parse_duration_ms(value: str | int | float, field: str = "schedule.every") -
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         message = f"an interval must be a string or a number, {_EXAMPLES}"
         raise InvalidInput(field, message, code="invalid_duration")
+    if isinstance(value, int) and abs(value) > _MAX_WHOLE_SECONDS:
+        # far out of range; and int -> str (for Decimal, and for the message) refuses 4300+ digits
+        _refuse_huge(value, field)
     seconds = _seconds_from_text(value, field) if isinstance(value, str) else _seconds(value, field)
     ms = int((seconds * 1000).to_integral_value(rounding=ROUND_HALF_UP))
     if ms < MIN_INTERVAL_MS:
@@ -50,6 +53,24 @@ def parse_duration_ms(value: str | int | float, field: str = "schedule.every") -
             code="interval_too_long",
         )
     return ms
+
+
+_MAX_WHOLE_SECONDS = 10**12  # 31,000 years: any int past it is refused without printing it
+
+
+def _refuse_huge(value: int, field: str) -> None:
+    digits = int(abs(value).bit_length() * math.log10(2)) + 1  # give or take one
+    size = f"of about {digits} digits"
+    if value < 0:
+        raise InvalidInput(
+            field, f"interval {size} must be positive; {_EXAMPLES}", code="interval_too_short"
+        )
+    raise InvalidInput(
+        field,
+        f"interval {size} is longer than 366 days (P366D); for longer or calendar-based "
+        "rhythms use a cron schedule, e.g. '0 0 1 1 *' for yearly",
+        code="interval_too_long",
+    )
 
 
 def format_duration_ms(ms: int) -> str:

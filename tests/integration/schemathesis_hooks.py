@@ -1,0 +1,47 @@
+"""Schemathesis hooks for tests/integration/test_api_schemathesis.py (SCHEMATHESIS_HOOKS).
+
+`only_semantic_rejections`: a request the schema calls valid may be refused (422) only for a
+rule no JSON Schema can state, and the answer must say which, by its code. Everything else the
+API enforces, the schema must say; a valid request refused with `invalid`, `missing` or
+`unknown_field` is a mismatch between the two, and fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import schemathesis
+from schemathesis import Case, CheckContext, Response
+
+# Rules that depend on more than one value's shape (docs/api.md lists them):
+SEMANTIC_CODES = frozenset(
+    {
+        "invalid_cron",  # the cron grammar, and day-of-month 30 in February
+        "never_fires",  # a schedule with no occurrence left after now
+        "invalid_window",  # end_at not after start_at
+        "invalid_duration",  # ISO-8601 duration grammar; months and years refused
+        "interval_too_short",  # durations: 1 ms .. 366 days, whatever the unit
+        "interval_too_long",
+        "invalid_instant",  # an instant outside 1970..2199
+        "invalid_url",  # a port out of range, an IPv6 address without its brackets, ...
+        "forbidden_address",  # the SSRF guard's rules
+    }
+)
+
+
+@schemathesis.check
+def only_semantic_rejections(ctx: CheckContext, response: Response, case: Case) -> bool | None:
+    meta = case.meta
+    if meta is None or not meta.generation.mode.is_positive or response.status_code != 422:
+        return None
+    try:
+        error = json.loads(response.content)["error"]
+    except (ValueError, KeyError, TypeError):
+        shown = response.content[:200]
+        raise AssertionError(f"a 422 without the API's error shape: {shown!r}") from None
+    if error.get("code") not in SEMANTIC_CODES:
+        raise AssertionError(
+            "the schema accepts what the API refuses: "
+            f"{error.get('code')} on {error.get('field')}: {error.get('message')}"
+        )
+    return None
