@@ -10,7 +10,7 @@ schema's links (a created job's id into its other routes). schemathesis.toml bes
 holds the two things the schema cannot say; schemathesis_hooks.py adds one stricter check.
 
 The server counts what reached it, so the test knows the run's size and sees any 5xx for
-itself. `auth_headers` is where the API key goes once the API requires one.
+itself. Every request carries an admin key (`auth_headers`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 import httpx
@@ -36,6 +37,7 @@ from tickwork.api.app import create_app
 from tickwork.clock import SystemClock
 from tickwork.settings import Settings
 from tickwork.store.sqlite import SqliteStore
+from tickwork.testing import mint_key
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -79,6 +81,7 @@ class Counting:
 class Served:
     url: str
     tally: Tally
+    key: str  # an admin key every generated request carries
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +90,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     db = tmp_path_factory.mktemp("schemathesis") / "tickwork.db"
     tally = Tally()
     ready = threading.Event()
-    holder: dict[str, uvicorn.Server] = {}
+    holder: dict[str, Any] = {}
 
     async def serve() -> None:
         store = SqliteStore(db)
         await store.open()
         try:
-            app = create_app(store=store, clock=SystemClock(), settings=Settings())
+            holder["key"] = await mint_key(store)
+            # No per-key limit: thousands of requests in seconds are the point here.
+            app = create_app(store=store, clock=SystemClock(), settings=Settings(api_key_rate=0))
             # uvicorn binds the port itself: on a socket handed over with `sockets=` each
             # answer took ~45 ms here instead of ~3 ms.
             config = uvicorn.Config(
@@ -122,17 +127,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     assert server.started, "the test server did not start"
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Served(url=f"http://127.0.0.1:{port}", tally=tally)
+        yield Served(url=f"http://127.0.0.1:{port}", tally=tally, key=holder["key"])
     finally:
         server.should_exit = True
         thread.join(timeout=10)
 
 
 @pytest.fixture
-def auth_headers() -> dict[str, str]:
-    """Headers every generated request carries: `{"Authorization": "Bearer <key>"}` once the
-    API takes keys (issue 19's authentication); none yet."""
-    return {}
+def auth_headers(served: Served) -> dict[str, str]:
+    """Headers every generated request carries: an admin key, so every route is reached."""
+    return {"Authorization": f"Bearer {served.key}"}
 
 
 def schemathesis_command() -> list[str]:

@@ -91,6 +91,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         400: "Malformed JSON",
         401: "No usable API key (missing, unknown, revoked or expired)",
         403: "The key's role does not allow this",
+        429: "Too many requests with this key; Retry-After says when to come back",
         404: "No such job or run (or one of another tenant)",
         409: "Conflicts with the job's state",
         413: "Body over the size limit",
