@@ -82,6 +82,7 @@ class Served:
     url: str
     tally: Tally
     key: str  # an admin key every generated request carries
+    key_id: str  # its id, which the hooks keep the run from revoking
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         await store.open()
         try:
             holder["key"] = await mint_key(store)
+            holder["key_id"] = (await store.list_keys())[0].id
             # No per-key limit: thousands of requests in seconds are the point here.
             app = create_app(store=store, clock=SystemClock(), settings=Settings(api_key_rate=0))
             # uvicorn binds the port itself: on a socket handed over with `sockets=` each
@@ -127,7 +129,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     assert server.started, "the test server did not start"
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Served(url=f"http://127.0.0.1:{port}", tally=tally, key=holder["key"])
+        yield Served(
+            url=f"http://127.0.0.1:{port}", tally=tally, key=holder["key"], key_id=holder["key_id"]
+        )
     finally:
         server.should_exit = True
         thread.join(timeout=10)
@@ -186,7 +190,11 @@ def test_every_route_fuzzed_by_schemathesis_with_every_check(
         str(tmp_path),
         *headers,
     ]
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks"}
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": "tests.integration.schemathesis_hooks",
+        "TICKWORK_FUZZ_KEY_ID": served.key_id,
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     run = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, check=False

@@ -15,15 +15,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tickwork.api.audit import noted
 from tickwork.api.auth import Admin, Caller, visible_tenant
-from tickwork.api.schemas import Instant, InstantOut
+from tickwork.api.routes import ERROR_RESPONSES
+from tickwork.api.schemas import Instant, InstantOut, documented
 from tickwork.clock import utc_iso
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.keys import ApiKey, Role
 from tickwork.domain.tenants import Tenant
 from tickwork.services.keys import CreatedKey, KeyService
-from tickwork.services.tenants import TenantService
+from tickwork.services.tenants import TENANT_NAME, TenantService
 
-router = APIRouter(prefix="/v1")  # declared here: the audit trail names routes by path
+# The prefix is declared here, not where the router is included: the audit trail names routes
+# by their own path.
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 TenantPath = Annotated[str, Path(min_length=1, max_length=100, description="the tenant")]
 KeyIdPath = Annotated[str, Path(min_length=1, max_length=64, description="a key's id")]
@@ -38,7 +41,9 @@ class _Output(BaseModel):
 
 
 class KeyCreate(_Input):
-    name: str = Field(min_length=1, max_length=100, examples=["ci deploys"])
+    name: str = Field(
+        min_length=1, max_length=100, examples=["ci deploys"], **documented(pattern=r"\S")
+    )
     role: Role
     tenant: str | None = Field(
         None, min_length=1, max_length=100, description="required for the tenant roles"
@@ -102,7 +107,12 @@ class KeyList(_Output):
 
 
 class TenantCreate(_Input):
-    name: str = Field(min_length=1, max_length=100, examples=["payments"])
+    name: str = Field(
+        min_length=1,
+        max_length=100,
+        examples=["payments"],
+        **documented(pattern=TENANT_NAME.pattern.join("^$")),
+    )
 
 
 class TenantOut(_Output):

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from tickwork.api.routes import ERROR_RESPONSES
 from tickwork.api.schemas import InstantOut
 from tickwork.clock import utc_iso
 from tickwork.services.cluster import (
@@ -18,7 +19,7 @@ from tickwork.services.cluster import (
     WorkerView,
 )
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 class _Output(BaseModel):

@@ -85,7 +85,7 @@ Before = Annotated[
 JobFilter = Annotated[str | None, Query(max_length=64, description="only this job's")]
 TenantName = Annotated[str, Path(min_length=1, max_length=100, description="the tenant")]
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
     for status, description in {
         400: "Malformed JSON",
@@ -131,7 +131,9 @@ def clean_parameters(request: Request) -> None:
 # Every /v1 route needs a key: the router itself depends on it (api/auth.py), before the
 # parameters are looked at.
 v1 = APIRouter(
-    prefix="/v1", responses=_ERRORS, dependencies=[Depends(caller), Depends(clean_parameters)]
+    prefix="/v1",
+    responses=ERROR_RESPONSES,
+    dependencies=[Depends(caller), Depends(clean_parameters)],
 )
 ops = APIRouter()
 
@@ -402,4 +404,4 @@ async def metrics() -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
-__all__ = ["ApiContext", "ops", "v1"]
+__all__ = ["ERROR_RESPONSES", "ApiContext", "ops", "v1"]

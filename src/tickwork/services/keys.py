@@ -64,17 +64,31 @@ class KeyService:
         now = self._clock.now()
         if role is Role.ADMIN:
             if tenant is not None:
-                raise InvalidInput("tenant", "an admin key spans every tenant: leave tenant out")
+                raise InvalidInput(
+                    "tenant",
+                    "an admin key spans every tenant: leave tenant out",
+                    code="tenant_for_role",
+                )
         else:
             if tenant is None:
-                raise InvalidInput("tenant", f"a {role.value} key needs the tenant it is for")
+                raise InvalidInput(
+                    "tenant",
+                    f"a {role.value} key needs the tenant it is for",
+                    code="tenant_for_role",
+                )
             check_tenant(tenant)
             if await self._store.get_tenant(tenant) is None:
                 raise InvalidInput(
-                    "tenant", f"no tenant {tenant!r}: create it first (POST /v1/tenants)"
+                    "tenant",
+                    f"no tenant {tenant!r}: create it first (POST /v1/tenants)",
+                    code="unknown_tenant",
                 )
         if expires_at is not None and expires_at <= now:
-            raise InvalidInput("expires_at", f"must be in the future (now is {utc_iso(now)})")
+            raise InvalidInput(
+                "expires_at",
+                f"must be in the future (now is {utc_iso(now)})",
+                code="expires_in_the_past",
+            )
         minted = minted or mint_key()
         key = ApiKey(
             id=_key_id(minted),
