@@ -16,6 +16,7 @@ from tickwork.api.app import create_app
 from tickwork.clock import SystemClock
 from tickwork.settings import Settings
 from tickwork.store.memory import MemoryStore
+from tickwork.testing import mint_key
 
 from .test_api import error_of, job_body
 
@@ -64,15 +65,21 @@ ACCEPTED = [
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with _client(Settings()) as c:
+    async with await _client(Settings()) as c:
         yield c
 
 
-def _client(settings: Settings) -> httpx.AsyncClient:
+async def _client(settings: Settings) -> httpx.AsyncClient:
+    """A client of an app on a memory store, with an admin key."""
     store = MemoryStore()
+    key = await mint_key(store)
     app = create_app(store=store, clock=SystemClock(), settings=settings)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    return httpx.AsyncClient(transport=transport, base_url="http://tickwork.test")
+    return httpx.AsyncClient(
+        transport=transport,
+        base_url="http://tickwork.test",
+        headers={"Authorization": f"Bearer {key}"},
+    )
 
 
 def webhook(url: str) -> dict[str, Any]:
@@ -115,7 +122,7 @@ async def test_public_addresses_and_names_are_accepted(client: httpx.AsyncClient
 
 
 async def test_the_reason_is_the_guards() -> None:
-    async with _client(Settings()) as client:
+    async with await _client(Settings()) as client:
         response = await client.post("/v1/jobs", json=webhook("http://[64:ff9b::a9fe:a9fe]/"))
     message = error_of(response, 422)["message"]
     assert "NAT64 form of 169.254.169.254" in message
@@ -124,7 +131,7 @@ async def test_the_reason_is_the_guards() -> None:
 
 async def test_the_allow_list_admits_what_it_admits_at_fire_time() -> None:
     settings = Settings(webhook_allow=["127.0.0.1/32", "10.1.0.0/16"])
-    async with _client(settings) as client:
+    async with await _client(settings) as client:
         for url in [
             "http://127.0.0.1:9/x",
             "http://[::ffff:127.0.0.1]/",

@@ -23,6 +23,7 @@ from tickwork.settings import Settings
 from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.store.postgres import PostgresStore
 from tickwork.store.sqlite import SqliteStore
+from tickwork.testing import mint_key
 
 from .test_api import error_of, job_body
 
@@ -55,9 +56,13 @@ async def store(backend: str) -> AsyncIterator[ScheduleStore]:
 
 @pytest.fixture
 async def client(store: ScheduleStore) -> AsyncIterator[httpx.AsyncClient]:
+    key = await mint_key(store)
     app = create_app(store=store, clock=SystemClock(), settings=Settings())
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://tickwork.test") as c:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://tickwork.test", headers=headers
+    ) as c:
         yield c
 
 

@@ -23,6 +23,7 @@ from tickwork.api.app import create_app
 from tickwork.clock import SystemClock
 from tickwork.settings import Settings
 from tickwork.store.memory import MemoryStore
+from tickwork.testing import mint_key
 
 MAX_BODY = 64 * 1024
 CHUNK = b"x" * 65536
@@ -36,16 +37,22 @@ CLOSE_WITHIN_S = 5.0
 class Server:
     host: str
     port: int
+    key: str  # an admin key
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
 
 
 @pytest.fixture(scope="module", params=["httptools", "h11"])
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     store = MemoryStore()
     asyncio.run(store.open())
+    key = asyncio.run(mint_key(store))
     app = create_app(store=store, clock=SystemClock(), settings=Settings(max_body_bytes=MAX_BODY))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -53,7 +60,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     http = uvicorn.Server(config)
     thread = threading.Thread(target=http.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    served = Server("127.0.0.1", sock.getsockname()[1])
+    served = Server("127.0.0.1", sock.getsockname()[1], key)
     for _ in range(200):
         try:
             if httpx.get(f"{served.url}/healthz", timeout=1).status_code == 200:
@@ -143,7 +150,7 @@ def test_a_declared_length_over_the_limit_gets_413_and_the_connection_closed(
 
 
 def test_a_body_within_the_limit_keeps_the_connection(server: Server) -> None:
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, headers=server.auth) as client:
         first = client.post("/v1/jobs", json={"name": "x"})
         second = client.get("/healthz")
     assert first.status_code == 422
@@ -158,5 +165,5 @@ def test_more_than_100_headers_are_refused_with_431(server: Server) -> None:
     error = response.json()["error"]
     assert error["code"] == "too_many_headers"
     assert "at most 100" in error["message"]
-    fine = httpx.get(f"{server.url}/v1/jobs", headers=headers[:90])
+    fine = httpx.get(f"{server.url}/v1/jobs", headers=[*headers[:90], *server.auth.items()])
     assert fine.status_code == 200
