@@ -215,7 +215,11 @@ class SchedulerService:
         leases = self._keeper.foreign_leases()
         if not leases:
             return TickResult(due=0)
-        heads = await self._store.partition_heads(now, leases)
+        # Heads up to the look-ahead: a live owner claims those already, so the watch sees a
+        # dead owner's first unclaimed head as early as it could have been claimed, and the
+        # takeover lands about the grace after the instant, inside the misfire grace.
+        soon = now + timedelta(milliseconds=self._config.lookahead_ms)
+        heads = await self._store.partition_heads(soon, leases)
         stalled_before = self._stalls.stalled_owners()
         eligible = self._stalls.eligible(
             at_s=self._clock.monotonic_s(), now=now, leases=leases, heads=heads
