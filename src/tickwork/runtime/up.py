@@ -137,6 +137,7 @@ async def _serve_with(
     roles: frozenset[Role],
 ) -> None:
     from tickwork.api.app import create_app
+    from tickwork.api.http_server import server_options
 
     node_id = settings.node_id or default_node_id()
     identity = NodeIdentity(
@@ -200,7 +201,12 @@ async def _serve_with(
         )
         server = _QuietServer(
             uvicorn.Config(
-                app, host=settings.host, port=settings.port, log_level="warning", lifespan="off"
+                app,
+                host=settings.host,
+                port=settings.port,
+                log_level="warning",
+                lifespan="off",
+                **server_options(),
             )
         )
         running = [asyncio.create_task(service) for service in services]
