@@ -196,8 +196,9 @@ def test_every_route_fuzzed_by_schemathesis_with_every_check(
         "TICKWORK_FUZZ_KEY_ID": served.key_id,
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # in tmp_path: schemathesis keeps a cache (.schemathesis/) in its working directory
     run = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, check=False
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280, check=False
     )
     report = run.stdout[-12000:] + run.stderr[-4000:]
     tally = served.tally
