@@ -26,6 +26,8 @@ Which exception becomes which response (tickwork's own errors: `ERROR_MAP`, firs
     body over settings.max_body_bytes  413     "body_too_large"   (api.middleware; closes the
                                                connection)
     more than 100 request headers      431     "too_many_headers" (api.middleware)
+    a request head over 32 KiB         431     "request_headers_too_large" (api.http_server,
+                                               before the app: `tickwork up`'s server)
     wrong method                       405     "method_not_allowed"
     anything else                      500     "internal_error"   (api.middleware; logged)
 
