@@ -187,5 +187,5 @@ def test_a_request_head_over_the_limit_is_refused_before_the_rest_is_read(server
 
 def test_a_request_head_within_the_limit_is_served(server: Server) -> None:
     value = "v" * (MAX_HEAD_BYTES - 1024)
-    response = httpx.get(f"{server.url}/v1/jobs", headers={"x-big": value})
+    response = httpx.get(f"{server.url}/v1/jobs", headers={"x-big": value, **server.auth})
     assert response.status_code == 200
