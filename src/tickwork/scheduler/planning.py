@@ -7,7 +7,7 @@ misfire rule is a table test (tests/unit/test_planning.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from tickwork.domain.jobs import MisfirePolicy
 from tickwork.store.base import ClaimPlan, DueJob
@@ -26,6 +26,10 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     fire_all fires the oldest and lets the following ones come due one by one;
     skip fires nothing and moves on to the first occurrence after `now`.
     """
+    # In UTC: arithmetic on an instant given in a zone with DST is wall-clock arithmetic in
+    # Python, and inside a fall-back hour it planned a different occurrence (a property test
+    # found it with `now` in America/New_York). The scheduler's clock is UTC already.
+    now = now.astimezone(UTC)
     schedule = due.schedule
     late = now - due.next_run_at
     policy = schedule.misfire
