@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import tempfile
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,13 @@ from typing import Any
 import httpx
 
 from tickwork.testing import free_port
+
+
+async def _drain(stream: asyncio.StreamReader, keep: deque[bytes] | None) -> None:
+    """Read a child's pipe to its end, keeping the last chunks in `keep`."""
+    while chunk := await stream.read(65536):
+        if keep is not None:
+            keep.append(chunk)
 
 
 def data_dir_for(db_url: str) -> Path:
@@ -38,6 +46,10 @@ class UpProcess:
     port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
     banner: str = ""
+    # The end of stderr: read all the while, or a chatty process fills the pipe, and
+    # asyncio's wait() never returns (it waits for the pipes to reach EOF too).
+    log_tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=200))
+    _readers: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
     def api(self) -> str:
@@ -65,6 +77,11 @@ class UpProcess:
                 if not line:
                     raise RuntimeError(f"tickwork up exited early: {await self._stderr()}")
                 self.banner += line.decode()
+        assert self.proc.stderr is not None
+        self._readers = [
+            asyncio.create_task(_drain(self.proc.stdout, None)),
+            asyncio.create_task(_drain(self.proc.stderr, self.log_tail)),
+        ]
         return self
 
     async def _stderr(self) -> str:
@@ -77,7 +94,9 @@ class UpProcess:
         if self.proc.returncode is None:
             self.proc.send_signal(sig)
         async with asyncio.timeout(timeout_s):
-            return await self.proc.wait()
+            code = await self.proc.wait()
+            await asyncio.gather(*self._readers)
+            return code
 
     def api_key(self) -> str | None:
         """The admin key an API process of this database wrote at its first start."""
