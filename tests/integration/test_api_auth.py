@@ -338,3 +338,9 @@ def test_the_embedded_database_and_its_folder_are_private(tmp_path: Path) -> Non
 async def _open_and_close(store: SqliteStore) -> None:
     await store.open()
     await store.close()
+
+
+async def test_nul_in_a_key_or_tenant_path_is_refused_naming_it(api: Api) -> None:
+    for path, field in (("/v1/tenants/a%00b", "name"), ("/v1/keys/key_%00", "key_id")):
+        error = error_of(await api.client.request("DELETE", path), 422)
+        assert (error["code"], error["field"]) == ("invalid_character", field)

@@ -16,7 +16,7 @@ from tickwork.api.auth import OpsGuard, admin, caller
 from tickwork.api.cluster import router as cluster_routes
 from tickwork.api.errors import install_error_handlers
 from tickwork.api.middleware import EdgeMiddleware
-from tickwork.api.routes import ApiContext, ops, v1
+from tickwork.api.routes import ApiContext, clean_parameters, ops, v1
 from tickwork.clock import Clock
 from tickwork.services.cluster import ClusterService
 from tickwork.services.dead_letters import DeadLetterService
@@ -65,7 +65,7 @@ def create_app(
     install_error_handlers(app)
     if not ops_only:
         app.include_router(v1)
-        app.include_router(access_routes, dependencies=[Depends(caller)])
+        app.include_router(access_routes, dependencies=[Depends(caller), Depends(clean_parameters)])
         app.include_router(cluster_routes, prefix="/v1", dependencies=[Depends(admin)])
     app.include_router(ops)
     app.add_middleware(AuditTrail, store=store, clock=clock)
