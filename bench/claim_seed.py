@@ -26,7 +26,7 @@ import asyncpg
 from tickwork.domain.jobs import WebhookTarget
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, partition_of
 from tickwork.store.migrate import upgrade
-from tickwork.store.sql.rows import target_json
+from tickwork.store.sql.sealed import SealedColumns
 
 COLUMNS = (
     "id", "tenant", "name", "state", "schedule_kind", "cron_expr", "timezone", "every_ms",
@@ -38,7 +38,7 @@ SECOND_US = 1_000_000
 MINUTE_US = 60 * SECOND_US
 HOUR_US = 3600 * SECOND_US
 DUE_SPAN_US = 50 * MINUTE_US
-TARGET = target_json(WebhookTarget(url="http://127.0.0.1:9/hook"))
+TARGET = SealedColumns(None).write_target(WebhookTarget(url="http://127.0.0.1:9/hook"))
 
 
 @dataclass(frozen=True, kw_only=True)

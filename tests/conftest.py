@@ -19,6 +19,7 @@ Fixtures:
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import threading
@@ -243,3 +244,40 @@ def restartable_redis() -> Iterator[ThrowawayRedis]:
         yield server
     finally:
         server.cleanup()
+
+
+# -- secrets never logged -----------------------------------------------------------------------
+
+CANARY_PREFIX = "tw-canary-"
+
+
+class CanaryWatch(logging.Handler):
+    """Every log record of the whole session that contains a test secret (a `tw-canary-...`
+    value, used by the secrets tests): tickwork must never log one, so any is a failure."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.hits: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += repr(record.exc_info[1])
+        if CANARY_PREFIX in text:
+            self.hits.append(f"{record.name}: {text[:300]}")
+
+
+_CANARY_WATCH = CanaryWatch()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    logging.getLogger().addHandler(_CANARY_WATCH)
+    tickwork_logs = logging.getLogger("tickwork")
+    if tickwork_logs.level == logging.NOTSET or tickwork_logs.level > logging.INFO:
+        tickwork_logs.setLevel(logging.INFO)  # so the watch sees tickwork's info records too
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _CANARY_WATCH.hits:
+        print("\nsecrets were logged:\n  " + "\n  ".join(_CANARY_WATCH.hits[:20]))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

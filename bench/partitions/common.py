@@ -24,7 +24,7 @@ from bench.noop_task import NOOP_TASK
 from bench.pgutil import Admin, attribution_of
 from tickwork.domain.jobs import TaskTarget
 from tickwork.domain.partitions import partition_of
-from tickwork.store.sql.rows import target_json
+from tickwork.store.sql.sealed import SealedColumns
 
 RESULTS = "partitions"  # bench/results/partitions.jsonl
 BASE_ENV = {"TICKWORK_LOG_LEVEL": "warning", "PYTHONUNBUFFERED": "1"}
@@ -221,7 +221,7 @@ AT_COLUMNS = (
     "id", "tenant", "name", "state", "schedule_kind", "at_us", "misfire", "misfire_grace_ms",
     "target", "next_run_us", "fence_token", "created_us", "updated_us",
 )  # fmt: skip
-NOOP_TARGET = target_json(TaskTarget(name=NOOP_TASK))
+NOOP_TARGET = SealedColumns(None).write_target(TaskTarget(name=NOOP_TASK))
 
 
 async def seed_at_jobs(url: str, jobs: int, t_us: int) -> float:

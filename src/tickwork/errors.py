@@ -22,6 +22,8 @@ TickworkError
  +-- QueueError            the queue backend failed                 (tickwork.queue.errors)
  |    +-- QueueUnavailable cannot reach the queue server right now
  +-- EgressRefused         the SSRF guard refused a webhook's destination
+ +-- SealedSecretError     a stored secret cannot be decrypted: its key is missing here, or
+ |                         the value was altered                    (tickwork.sealing)
  |    |                    (tickwork.worker.executors.ssrf; also an OSError, so HTTP client code
  |    |                    that handles connection errors handles it too)
  |    +-- ForbiddenAddress / ForbiddenHost / ForbiddenURL

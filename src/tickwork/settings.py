@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     api_key: str | None = Field(
         None, repr=False, description="the key CLI commands send; default: DATA_DIR/admin.key"
     )
+    secret_keys: str | None = Field(
+        None,
+        repr=False,
+        description="keys that encrypt stored secrets, <id>:<base64>, comma-separated, the"
+        " first one encrypts; default: DATA_DIR/secrets.key, created on first use",
+    )
     data_dir: str | None = Field(
         None, description="admin.key and other local state; default: the SQLite file's folder"
     )

@@ -131,6 +131,7 @@ async def test_create_cron_job_returns_it_armed(api: Api) -> None:
             "headers": {"X-Team": "data"},
             "body": {"report": "daily", "n": [1, 2]},
             "timeout": "PT10S",
+            "signed": True,
         },
         "signing": {"source": "inherit", "fingerprints": []},
         "retry": {"max_attempts": 5, "backoff": "PT1S", "max_backoff": "PT5M", "multiplier": 2.0},
@@ -191,6 +192,7 @@ async def test_all_schedule_options_round_trip(api: Api) -> None:
         "headers": {},
         "body": None,
         "timeout": "PT2.5S",
+        "signed": True,
     }
     assert job["tenant"] == "acme"
     assert job["next_run_at"] == "2026-02-02T14:00:00Z"  # Monday 09:00 EST

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 
+from tickwork.domain.jobs import WebhookTarget
+from tickwork.domain.masking import MASK
+from tickwork.services.tenants import TenantService
 from tickwork.store.memory import MemoryStore
 from tickwork.webhooks import fingerprint, generate_secret
 
@@ -132,11 +136,18 @@ async def test_patch_keeps_secrets_unless_given_and_clears_them_with_null_or_emp
     seen.assert_never_shown(OLD, NEW)
 
 
-async def test_on_failure_is_shown_kept_replaced_and_removed(api: Api) -> None:
+async def test_on_failure_is_shown_masked_kept_replaced_and_removed(api: Api) -> None:
+    masked = {**ALERT, "headers": {"x-pager": MASK}}
     job = (await api.client.post("/v1/jobs", json=job_body(on_failure=ALERT))).json()
-    assert job["on_failure"] == ALERT
+    assert job["on_failure"] == masked
     path = f"/v1/jobs/{job['id']}"
-    assert (await api.client.patch(path, json={"name": "x"})).json()["on_failure"] == ALERT
+    assert (await api.client.patch(path, json={"name": "x"})).json()["on_failure"] == masked
+    # the answer sent back as it came keeps the stored header value
+    resent = await api.client.patch(path, json={"on_failure": job["on_failure"]})
+    assert resent.json()["on_failure"] == masked
+    stored = await api.store.get_job(job["id"])
+    assert stored.on_failure is not None
+    assert stored.on_failure.headers == ALERT["headers"]
     other = {"url": "https://example.com/pager", "headers": {}}
     assert (await api.client.patch(path, json={"on_failure": other})).json()["on_failure"] == other
     assert (await api.client.patch(path, json={"on_failure": None})).json()["on_failure"] is None
@@ -215,3 +226,118 @@ async def test_bad_tenant_secrets_are_refused(
 async def test_an_overlong_tenant_name_is_refused(api: Api) -> None:
     response = await api.client.get(f"/v1/tenants/{'t' * 101}/webhook-secrets")
     assert error_of(response, 422)["field"] == "tenant"
+
+
+# -- secret headers and URL passwords -----------------------------------------------------------
+
+SECRET_HEADERS = {"Authorization": "Bearer tw-canary-tok-1", "X-Api-Key": "key-canary-2"}
+PASSWORD_URL = "https://bob:tw-canary-pw-3@example.com/hook"
+
+
+async def test_secret_headers_and_url_passwords_are_masked_and_kept_on_resend(
+    api: Api, seen: Recorder
+) -> None:
+    target = {"url": PASSWORD_URL, "headers": {**SECRET_HEADERS, "accept": "text/plain"}}
+    job = seen(await api.client.post("/v1/jobs", json=job_body(target=target))).json()
+    assert job["target"]["url"] == f"https://bob:{MASK}@example.com/hook"
+    assert job["target"]["headers"] == {
+        "Authorization": MASK,
+        "X-Api-Key": MASK,
+        "accept": "text/plain",
+    }
+    path = f"/v1/jobs/{job['id']}"
+    # read-modify-write with the masked answer: only the edited header changes
+    edited = {**job["target"], "headers": {**job["target"]["headers"], "X-Api-Key": "key-new"}}
+    seen(await api.client.patch(path, json={"target": edited}))
+    stored = (await api.store.get_job(job["id"])).target
+    assert isinstance(stored, WebhookTarget)
+    assert stored.url == PASSWORD_URL
+    assert stored.headers == {
+        "Authorization": "Bearer tw-canary-tok-1",
+        "X-Api-Key": "key-new",
+        "accept": "text/plain",
+    }
+    seen(await api.client.get(path))
+    seen(await api.client.get("/v1/jobs"))
+    for canary in ("tw-canary-tok-1", "key-new", "tw-canary-pw-3"):
+        assert not any(canary in body for body in seen.bodies)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (
+            job_body(target={"url": "https://example.com/h", "headers": {"Authorization": MASK}}),
+            "target.headers.Authorization",
+        ),
+        (job_body(target={"url": f"https://u:{MASK}@example.com/h"}), "target.url"),
+        (
+            job_body(on_failure={"url": "https://example.com/a", "headers": {"x-pager": MASK}}),
+            "on_failure.headers.x-pager",
+        ),
+    ],
+    ids=["header", "url-password", "alert-header"],
+)
+async def test_a_mask_with_nothing_stored_behind_it_is_refused(
+    api: Api, body: dict[str, Any], field: str
+) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=body), 422)
+    assert error["code"] == "masked_value"
+    assert error["field"] == field
+
+
+# -- signed by default --------------------------------------------------------------------------
+
+
+async def test_a_new_tenant_gets_a_signing_secret_shown_once(api: Api, seen: Recorder) -> None:
+    created = await api.client.post("/v1/tenants", json={"name": "payments"})
+    assert created.status_code == 201, created.text
+    secret = created.json()["webhook_secret"]
+    assert created.json()["fingerprints"] == [fingerprint(secret)]
+    shown = seen(await api.client.get("/v1/tenants/payments/webhook-secrets")).json()
+    assert shown["signing"] == "tenant"
+    assert shown["fingerprints"] == [fingerprint(secret)]
+    seen(await api.client.get("/v1/tenants/payments"))
+    seen(await api.client.get("/v1/tenants"))
+    seen.assert_never_shown(secret)
+
+
+async def test_rotation_signs_with_both_until_the_previous_is_retired(
+    api: Api, seen: Recorder
+) -> None:
+    first = (await api.client.post("/v1/tenants", json={"name": "billing"})).json()
+    old = first["webhook_secret"]
+    path = "/v1/tenants/billing/webhook-secrets"
+    rotated = await api.client.post(path + "/rotate")
+    assert rotated.status_code == 200, rotated.text
+    new = rotated.json()["secret"]
+    assert new != old
+    assert rotated.json()["fingerprints"] == [fingerprint(new), fingerprint(old)]
+    assert (await api.store.get_tenant("billing")).webhook_secrets == (new, old)  # type: ignore[union-attr]
+    retired = seen(await api.client.delete(path + "/previous"))
+    assert retired.json()["fingerprints"] == [fingerprint(new)]
+    again = seen(await api.client.delete(path + "/previous"))
+    assert again.json()["fingerprints"] == [fingerprint(new)]
+    seen.assert_never_shown(old, new)
+    assert (await api.client.post("/v1/tenants/nope/webhook-secrets/rotate")).status_code == 404
+
+
+async def test_tenants_never_configured_get_a_secret_and_cleared_ones_stay_unsigned(
+    api: Api,
+) -> None:
+    tenants = TenantService(api.store, api.clock)
+    await api.store.create_tenant("cleared", now=api.clock.now())
+    await api.store.set_tenant_secrets("cleared", (), now=api.clock.now() + timedelta(seconds=1))
+    signed = await tenants.sign_unconfigured()
+    assert "default" in signed
+    assert "cleared" not in signed
+    assert await tenants.sign_unconfigured() == []  # once
+
+
+async def test_a_job_may_opt_out_of_signing(api: Api) -> None:
+    body = job_body(target={"url": "https://example.com/h", "signed": False})
+    job = (await api.client.post("/v1/jobs", json=body)).json()
+    assert job["target"]["signed"] is False
+    assert job["signing"] == {"source": "unsigned", "fingerprints": []}
+    task = job_body(target={"type": "task", "name": "t", "signed": False})
+    assert error_of(await api.client.post("/v1/jobs", json=task), 422)["field"] == "target.signed"

@@ -22,7 +22,7 @@ from tickwork.domain.audit import AuditEntry
 from tickwork.domain.keys import ApiKey, Role
 from tickwork.domain.tenants import Tenant
 from tickwork.services.keys import CreatedKey, KeyService
-from tickwork.services.tenants import TENANT_NAME, TenantService
+from tickwork.services.tenants import TENANT_NAME, NewSecret, TenantService
 
 # The prefix is declared here, not where the router is included: the audit trail names routes
 # by their own path.
@@ -124,6 +124,23 @@ class TenantOut(_Output):
         return cls(name=tenant.tenant, created_at=utc_iso(tenant.created_at))
 
 
+class TenantCreated(TenantOut):
+    webhook_secret: str = Field(
+        description="the tenant's generated signing secret (whsec_...): shown in this answer"
+        " only; its jobs' webhooks are signed with it (Standard Webhooks)"
+    )
+    fingerprints: list[str] = Field(description="first 8 hex digits of SHA-256 of the secret")
+
+    @classmethod
+    def made(cls, tenant: Tenant, new: NewSecret) -> TenantCreated:
+        return cls(
+            name=tenant.tenant,
+            created_at=utc_iso(tenant.created_at),
+            webhook_secret=new.secret,
+            fingerprints=list(new.signing.fingerprints),
+        )
+
+
 class TenantList(_Output):
     tenants: list[TenantOut]
 
@@ -219,10 +236,11 @@ async def list_audit(
 
 
 @router.post("/tenants", status_code=201, tags=["tenants"])
-async def create_tenant(request: Request, who: Admin, body: TenantCreate) -> TenantOut:
-    """A new tenant; 409 `tenant_exists` if it exists."""
+async def create_tenant(request: Request, who: Admin, body: TenantCreate) -> TenantCreated:
+    """A new tenant, with a generated webhook signing secret shown in this answer only; 409
+    `tenant_exists` if it exists."""
     noted(resource=f"tenant {body.name}", tenant=body.name)
-    return TenantOut.of(await _tenants(request).create(body.name))
+    return TenantCreated.made(*await _tenants(request).create(body.name))
 
 
 @router.get("/tenants", tags=["tenants"])

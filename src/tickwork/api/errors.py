@@ -14,6 +14,8 @@ Which exception becomes which response (tickwork's own errors: `ERROR_MAP`, firs
     StoreError, StoreUnavailable       503     "store_unavailable", with Retry-After
     QueueError, QueueUnavailable       503     its own ("queue_error", "queue_unavailable"),
                                                with Retry-After
+    SealedSecretError                  503     "secret_unreadable" (this process lacks the key
+                                               a stored secret was encrypted with)
     pydantic validation of the request 422     "invalid", "unknown_field", "missing"
       ... of a body that is not JSON   400     "malformed_json"
       ... sent without a JSON type     415     "unsupported_media_type"
@@ -61,6 +63,7 @@ from tickwork.errors import (
     Unauthenticated,
 )
 from tickwork.queue.errors import QueueError
+from tickwork.sealing import SealedSecretError
 from tickwork.timing.rate_limit import retry_after_header
 
 # A store or queue that failed is usually back within seconds (a restart, a failover).
@@ -152,6 +155,9 @@ ERROR_MAP: tuple[tuple[type[TickworkError], Mapped], ...] = (
         ),
     ),
     (QueueError, Mapped(status=503, prefix="the queue failed: ", retry_after_s=RETRY_AFTER_S)),
+    # A stored secret this API process cannot decrypt: its keys are misconfigured. Not the
+    # caller's fault and not temporary; the message names the key id, never the value.
+    (SealedSecretError, Mapped(status=503, prefix="this API process's secret keys: ")),
 )
 
 

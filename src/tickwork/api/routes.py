@@ -34,6 +34,7 @@ from tickwork.api.schemas import (
     RunDetailOut,
     RunList,
     RunOut,
+    TenantSecretRotated,
     TenantSecretsIn,
     TenantSecretsOut,
     check_zone,
@@ -330,6 +331,23 @@ async def get_tenant_secrets(ctx: Ctx, who: Caller, tenant: TenantName) -> Tenan
     """Fingerprints of the tenant's signing secrets (never the secrets)."""
     visible_tenant(who, tenant)
     return TenantSecretsOut.of(await ctx.tenants.signing(tenant))
+
+
+@v1.post("/tenants/{tenant}/webhook-secrets/rotate", tags=["tenants"])
+async def rotate_tenant_secret(ctx: Ctx, who: Writer, tenant: TenantName) -> TenantSecretRotated:
+    """Generate a new signing secret (shown in this answer only) and sign with it and the
+    previous one until `DELETE .../webhook-secrets/previous`: receivers switch meanwhile."""
+    visible_tenant(who, tenant)
+    return TenantSecretRotated.made(await ctx.tenants.rotate(tenant))
+
+
+@v1.delete("/tenants/{tenant}/webhook-secrets/previous", tags=["tenants"])
+async def retire_previous_tenant_secret(
+    ctx: Ctx, who: Writer, tenant: TenantName
+) -> TenantSecretsOut:
+    """End a rotation: sign with the newest secret only."""
+    visible_tenant(who, tenant)
+    return TenantSecretsOut.of(await ctx.tenants.retire_previous(tenant))
 
 
 @v1.delete("/tenants/{tenant}/webhook-secrets", status_code=204, tags=["tenants"])

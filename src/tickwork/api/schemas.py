@@ -42,6 +42,7 @@ from tickwork.domain.jobs import (
     Trigger,
     WebhookTarget,
 )
+from tickwork.domain.masking import MASK, mask_headers, mask_url
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
 from tickwork.errors import InvalidInput
@@ -60,7 +61,7 @@ from tickwork.services.rules import (
     check_webhook_url,
     retry_policy,
 )
-from tickwork.services.tenants import TenantSigning
+from tickwork.services.tenants import NewSecret, TenantSigning
 from tickwork.timing.cron import TIMEZONE_FIELD, ZONE_NAMES, load_zone
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
 from tickwork.webhooks import MAX_SIGNING_SECRETS, fingerprint
@@ -307,7 +308,7 @@ Secrets = Annotated[
 ]
 
 
-_WEBHOOK_ONLY = ("url", "method", "headers", "body", "secrets")
+_WEBHOOK_ONLY = ("url", "method", "headers", "body", "secrets", "signed")
 _TASK_ONLY = ("name", "args")
 
 
@@ -345,6 +346,12 @@ class TargetIn(_Input):
     headers: Headers = Field(default_factory=dict)
     body: JsonValue = None
     secrets: Secrets | None = None
+    signed: bool = Field(
+        True,
+        strict=True,
+        description="false: send this job's requests unsigned even when its tenant or the"
+        " workers have signing secrets (an explicit opt-out of signed-by-default)",
+    )
     name: str | None = Field(
         None,
         min_length=1,
@@ -385,6 +392,7 @@ class TargetIn(_Input):
             body=self.body,
             timeout_s=timeout_ms / 1000,
             secrets=check_secrets("target.secrets", self.secrets or ()),
+            signed=self.signed,
         )
 
     def secrets_patch(self) -> tuple[str, ...] | Literal[Keep.KEEP]:
@@ -595,9 +603,10 @@ class TaskTargetOut(_Output):
 class SigningOut(_Output):
     """How the job's requests are signed; its secrets are write-only and never shown."""
 
-    source: Literal["job", "inherit"] = Field(
+    source: Literal["job", "inherit", "unsigned"] = Field(
         description="job: with the job's own secrets (target.secrets); inherit: with the"
-        " tenant's, else the workers' TICKWORK_WEBHOOK_SECRETS, else unsigned"
+        " tenant's, else the workers' TICKWORK_WEBHOOK_SECRETS, else unsigned; unsigned: the"
+        " job opted out (target.signed false)"
     )
     fingerprints: list[str] = Field(
         description="first 8 hex digits of SHA-256 of each of the job's secrets; compare"
@@ -607,38 +616,51 @@ class SigningOut(_Output):
     @classmethod
     def of(cls, target: WebhookTarget | TaskTarget) -> SigningOut:
         secrets = target.secrets if isinstance(target, WebhookTarget) else ()
+        if isinstance(target, WebhookTarget) and not target.signed:
+            return cls(source="unsigned", fingerprints=[])
         return cls(
             source="job" if secrets else "inherit",
             fingerprints=[fingerprint(secret) for secret in secrets],
         )
 
 
+MASKED_URL = f"the URL, its password (if any) shown as {MASK}; send it back as is to keep it"
+MASKED_HEADERS = (
+    f"secret header values (Authorization, Cookie, names with key, token, secret, auth...) are"
+    f" shown as {MASK}; send {MASK} back to keep the stored value"
+)
+
+
 class TargetOut(_Output):
     type: Literal["webhook"] = "webhook"
-    url: str
+    url: str = Field(description=MASKED_URL)
     method: str
-    headers: dict[str, str]
+    headers: dict[str, str] = Field(description=MASKED_HEADERS)
     body: JsonValue
     timeout: str
+    signed: bool
 
     @classmethod
     def of(cls, target: WebhookTarget) -> TargetOut:
         return cls(
-            url=target.url,
+            url=mask_url(target.url),
             method=target.method,
-            headers=dict(target.headers),
+            headers=mask_headers(target.headers),
             body=target.body,
             timeout=format_duration_ms(round(target.timeout_s * 1000)),
+            signed=target.signed,
         )
 
 
 class AlertOut(_Output):
-    url: str
-    headers: dict[str, str]
+    url: str = Field(description=MASKED_URL)
+    headers: dict[str, str] = Field(
+        description=f"every value shown as {MASK}; send {MASK} back to keep the stored value"
+    )
 
     @classmethod
     def of(cls, alert: AlertTarget) -> AlertOut:
-        return cls(url=alert.url, headers=dict(alert.headers))
+        return cls(url=mask_url(alert.url), headers=mask_headers(alert.headers, all_secret=True))
 
 
 class TenantSecretsOut(_Output):
@@ -658,6 +680,17 @@ class TenantSecretsOut(_Output):
             fingerprints=list(signing.fingerprints),
             updated_at=_iso(signing.updated_at),
         )
+
+
+class TenantSecretRotated(TenantSecretsOut):
+    secret: str = Field(
+        description="the new signing secret (whsec_...): shown in this answer only; it signs"
+        " first, beside the previous one until that is retired"
+    )
+
+    @classmethod
+    def made(cls, new: NewSecret) -> TenantSecretRotated:
+        return cls(**TenantSecretsOut.of(new.signing).model_dump(), secret=new.secret)
 
 
 class RetryOut(_Output):

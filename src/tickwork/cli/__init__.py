@@ -7,6 +7,7 @@
     tickwork dlq <verb>             the dead-letter queue (list, show, redrive, purge)
     tickwork tenants <verb>         tenants (create, list, show, delete) and their secrets
     tickwork keys <verb>            API keys, in the database (create, list, revoke)
+    tickwork secrets <verb>         keys for secrets at rest (keygen, reencrypt)
     tickwork preview --cron EXPR    the next fire instants, computed locally
     tickwork cluster                schedulers, workers, partitions and queues (--watch)
 
@@ -18,7 +19,7 @@ The package: `app` (the command tree, `run` and its failure handling), `client` 
 API client), `render` (tables and JSON), `options` (shared flags), and one module per command
 group, each registering its commands on the tree when imported: `serve` (`up`, the single
 roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs show`), `dlq`,
-`tenants` and `keys`. A root option, `--api-key`, gives the key the API commands send.
+`tenants`, `keys` and `secrets`. A root option, `--api-key`, gives the key the API commands send.
 """
 
 # The command modules are imported for what importing them does: register their commands.
@@ -27,7 +28,7 @@ roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs
 from tickwork.cli import serve  # noqa: F401
 
 # isort: split
-from tickwork.cli import cluster, dlq, jobs, keys, preview, tenants  # noqa: F401
+from tickwork.cli import cluster, dlq, jobs, keys, preview, secrets, tenants  # noqa: F401
 from tickwork.cli.app import main, run
 
 __all__ = ["main", "run"]

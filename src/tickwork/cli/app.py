@@ -35,6 +35,7 @@ __all__ = [
     "main",
     "run",
     "runs_app",
+    "secrets_app",
     "stdout_console",
     "tenant_secrets_app",
     "tenants_app",
@@ -66,6 +67,9 @@ keys_app = typer.Typer(
     help="API keys, in the database (needs --db access, not a key).", no_args_is_help=True
 )
 tenants_app.add_typer(tenant_secrets_app, name="secrets")
+secrets_app = typer.Typer(
+    help="Keys that encrypt stored secrets, in the database.", no_args_is_help=True
+)
 
 
 class Session:
@@ -96,6 +100,7 @@ app.add_typer(dlq_app, name="dlq")
 app.add_typer(db_app, name="db")
 app.add_typer(tenants_app, name="tenants")
 app.add_typer(keys_app, name="keys")
+app.add_typer(secrets_app, name="secrets")
 
 
 class CliFailure(Exception):

@@ -1,7 +1,8 @@
 """`tickwork tenants <verb>`: tenants (create, list, show, delete, admin keys) and their
 webhook signing secrets (`tenants secrets <verb>`), through the API.
 
-The secrets are write-only: `set` sends them, and every answer shows only their fingerprints.
+The secrets are write-only: `set` sends them, and every answer shows only their fingerprints,
+except a secret tickwork generates (`tenants create`, `tenants secrets rotate`), printed once.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from tickwork.cli.render import print_json, show, tenant_signing
 
 __all__ = [
     "tenant_secrets_clear",
+    "tenant_secrets_retire",
+    "tenant_secrets_rotate",
     "tenant_secrets_set",
     "tenant_secrets_show",
     "tenants_create",
@@ -51,6 +54,25 @@ def tenant_secrets_show(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt 
     show(api_client(api).call("GET", _tenant_secrets_path(tenant)), as_json, tenant_signing)
 
 
+@tenant_secrets_app.command("rotate")
+def tenant_secrets_rotate(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Generate a new secret (printed once); it and the previous one both sign until `retire`."""
+    answer = api_client(api).call("POST", _tenant_secrets_path(tenant) + "/rotate")
+    show(answer, as_json, lambda a: _with_secret(tenant_signing(a), a["secret"]))
+
+
+@tenant_secrets_app.command("retire")
+def tenant_secrets_retire(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """End a rotation: sign with the newest secret only."""
+    answer = api_client(api).call("DELETE", _tenant_secrets_path(tenant) + "/previous")
+    show(answer, as_json, tenant_signing)
+
+
+def _with_secret(table: Table, secret: str) -> Table:
+    table.caption = f"new secret (shown once, store it now): {secret}"
+    return table
+
+
 @tenant_secrets_app.command("clear")
 def tenant_secrets_clear(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
     """Remove the tenant's secrets (with --json: prints nothing)."""
@@ -72,9 +94,9 @@ def _tenants_table(tenants: list[dict[str, str]]) -> Table:
 
 @tenants_app.command("create")
 def tenants_create(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
-    """Create a tenant (an admin key)."""
+    """Create a tenant (an admin key); prints its generated webhook signing secret once."""
     answer = api_client(api).call("POST", "/v1/tenants", json={"name": tenant})
-    show(answer, as_json, lambda t: _tenants_table([t]))
+    show(answer, as_json, lambda t: _with_secret(_tenants_table([t]), t["webhook_secret"]))
 
 
 @tenants_app.command("list")

@@ -8,6 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from tickwork.domain.masking import mask_headers, mask_url
 from tickwork.domain.retry import RetryPolicy
 
 
@@ -54,7 +55,7 @@ class Schedule:
     misfire_grace_ms: int = 1_000  # lateness up to this is "on time", not a misfire
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False)
 class WebhookTarget:
     url: str
     method: str = "POST"
@@ -64,6 +65,16 @@ class WebhookTarget:
     # The job's own signing secrets (0-2 `whsec_...`); empty: the tenant's or the process's
     # sign. Left out of repr so that logging a target or a fire never prints them.
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    # False: never signed, even when the tenant or the process has secrets (an opt-out).
+    signed: bool = True
+
+    def __repr__(self) -> str:
+        # Secret header values and a URL password never reach a log line or a traceback.
+        return (
+            f"WebhookTarget(url={mask_url(self.url)!r}, method={self.method!r},"
+            f" headers={mask_headers(self.headers)!r}, timeout_s={self.timeout_s!r},"
+            f" signed={self.signed!r})"
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,12 +89,18 @@ class TaskTarget:
 Target = WebhookTarget | TaskTarget
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False)
 class AlertTarget:
     """Where a job's dead-letter alert goes (`on_failure`): always a JSON POST."""
 
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (
+            f"AlertTarget(url={mask_url(self.url)!r},"
+            f" headers={mask_headers(self.headers, all_secret=True)!r})"
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -57,6 +57,10 @@ class Fire:
     # Read with the lease (a join), so a worker needs no store read per fire to sign it.
     tenant_secrets: tuple[str, ...] = field(default=(), repr=False)
     on_failure: AlertTarget | None = None
+    # Set when this process could not decrypt the job's target, secrets or alert (a key it
+    # lacks): the attempt fails with this message instead of running (`target` is then a
+    # placeholder that is never run).
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

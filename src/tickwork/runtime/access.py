@@ -10,11 +10,11 @@ listens on anything but loopback refuses to start while no usable key exists: it
 from __future__ import annotations
 
 import ipaddress
-import os
 from pathlib import Path
 
 from tickwork.domain.keys import Role
 from tickwork.errors import InvalidInput
+from tickwork.runtime.secret_keys import write_private_file
 from tickwork.services.keys import KeyService
 
 ADMIN_KEY_FILE = "admin.key"
@@ -39,14 +39,8 @@ async def bootstrap_admin_key(keys: KeyService, folder: Path) -> Path | None:
 
 
 def write_key_file(path: Path, key: str) -> Path:
-    """Write a key readable by its owner only (created so: never world-readable, not even for
-    a moment)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(key + "\n")
-    os.chmod(path, 0o600)  # an older file keeps its mode through O_CREAT: set it
-    return path
+    """Write a key readable by its owner only (never world-readable, not even for a moment)."""
+    return write_private_file(path, key + "\n")
 
 
 async def refuse_open_network_api(keys: KeyService, host: str) -> None:

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 from tickwork.errors import InvalidInput
+from tickwork.sealing import Keyring
 from tickwork.settings import sqlite_path
 from tickwork.store.base import ScheduleStore
 
 ACCEPTED = "sqlite:///PATH (embedded default), postgresql://USER@HOST:PORT/DB, or memory://"
 
 
-def store_for_url(url: str) -> ScheduleStore:
-    """Build (not open) the store a database URL names."""
+def store_for_url(url: str, *, keyring: Keyring | None = None) -> ScheduleStore:
+    """Build (not open) the store a database URL names; `keyring` seals its secrets (every
+    process that reads or writes jobs passes one: runtime/secret_keys.py)."""
     path = sqlite_path(url)
     if path is not None:
         from tickwork.store.sqlite import SqliteStore
 
-        return SqliteStore(path)
+        return SqliteStore(path, keyring=keyring)
     if url.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
         from tickwork.store.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, keyring=keyring)
     if url == "memory://":
         from tickwork.store.memory import MemoryStore
 

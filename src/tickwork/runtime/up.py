@@ -31,6 +31,7 @@ from tickwork.queue.base import Queue
 from tickwork.scheduler.partitions import KeeperConfig, PartitionKeeper
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.services.keys import KeyService
+from tickwork.services.tenants import TenantService
 from tickwork.settings import Settings, data_dir
 from tickwork.store.base import ScheduleStore
 from tickwork.tasks import DEFAULT_REGISTRY, import_task_modules
@@ -47,6 +48,7 @@ from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from .access import bootstrap_admin_key, is_loopback_host, refuse_open_network_api
 from .factory import store_for_url
+from .secret_keys import keyring_for
 
 log = logging.getLogger("tickwork.up")
 
@@ -98,7 +100,7 @@ async def serve(
     settings: Settings, roles: frozenset[Role] = ALL_ROLES, *, clock: Clock | None = None
 ) -> None:
     clock = clock or SystemClock()
-    store = store_for_url(settings.database_url)
+    store = store_for_url(settings.database_url, keyring=keyring_for(settings))
     sock = bind_socket(settings.host, settings.port)  # fail fast, before touching the store
     try:
         await store.open()
@@ -196,6 +198,7 @@ async def _serve_with(
             services.append(Pruner(store, clock, PrunerConfig(retention=retention)).run(stop))
         if Role.API in roles:
             await _prepare_keys(store, clock, settings, roles)
+            await _sign_by_default(store, clock)
         app = create_app(
             store=store, clock=clock, settings=settings, ops_only=Role.API not in roles
         )
@@ -403,6 +406,18 @@ async def _prepare_keys(
                 flush=True,
             )
     await refuse_open_network_api(keys, settings.host)
+
+
+async def _sign_by_default(store: ScheduleStore, clock: Clock) -> None:
+    """Tenants whose signing was never configured (a new database's `default`) get a secret:
+    every webhook is signed unless a job opts out (ADR 0019)."""
+    signed = await TenantService(store, clock).sign_unconfigured()
+    if signed:
+        log.info(
+            "generated a webhook signing secret for tenant(s) %s; show a new one with"
+            " `tickwork tenants rotate-secret NAME`",
+            ", ".join(signed),
+        )
 
 
 def _announce(settings: Settings, sock: socket.socket, roles: frozenset[Role]) -> None:

@@ -24,6 +24,7 @@ from typing import Final, Literal
 
 from tickwork.clock import Clock
 from tickwork.domain.jobs import AlertTarget, Job, JobState, Schedule, Target, WebhookTarget
+from tickwork.domain.masking import restore_headers, restore_url
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.errors import Conflict, InvalidInput, StaleJob
@@ -198,7 +199,7 @@ def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
         tenant=job.tenant if patch.tenant is None else patch.tenant,
         target=_patched_target(job, patch),
         retry=job.retry if patch.retry is None else patch.retry,
-        on_failure=job.on_failure if patch.on_failure is KEEP else patch.on_failure,
+        on_failure=_patched_alert(job, patch),
         updated_at=now,
     )
     check_fields(name=edited.name, tenant=edited.tenant, target=edited.target, retry=edited.retry)
@@ -210,6 +211,20 @@ def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
     return edited
 
 
+def _patched_alert(job: Job, patch: JobPatch) -> AlertTarget | None:
+    """The edited alert; masks in a given one keep the stored values they hide."""
+    if patch.on_failure is KEEP:
+        return job.on_failure
+    if patch.on_failure is None or job.on_failure is None:
+        return patch.on_failure
+    stored = job.on_failure
+    return replace(
+        patch.on_failure,
+        url=restore_url(patch.on_failure.url, stored.url),
+        headers=restore_headers(patch.on_failure.headers, stored.headers, all_secret=True),
+    )
+
+
 def _patched_target(job: Job, patch: JobPatch) -> Target:
     """The edited target, with the job's secrets kept unless the patch gives new ones."""
     target = job.target if patch.target is None else patch.target
@@ -219,6 +234,14 @@ def _patched_target(job: Job, patch: JobPatch) -> Target:
     else:
         secrets = patch.secrets
     if isinstance(target, WebhookTarget):
+        stored = job.target if isinstance(job.target, WebhookTarget) else None
+        if patch.target is not None and stored is not None:
+            # A target read from the API and sent back carries masks: keep what they hide.
+            target = replace(
+                target,
+                url=restore_url(target.url, stored.url),
+                headers=restore_headers(target.headers, stored.headers),
+            )
         return replace(target, secrets=secrets)
     if secrets:
         raise InvalidInput("target.secrets", 'only a "webhook" target takes secrets')

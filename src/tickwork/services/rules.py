@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Final
@@ -43,6 +43,7 @@ from tickwork.domain.jobs import (
     TaskTarget,
     WebhookTarget,
 )
+from tickwork.domain.masking import MASK, unrestored_masks
 from tickwork.domain.retry import RetryPolicy
 from tickwork.errors import Conflict, InvalidInput
 from tickwork.timing.durations import format_duration_ms
@@ -234,6 +235,7 @@ def _check_task(target: TaskTarget) -> None:
 
 
 def _check_webhook(target: WebhookTarget) -> None:
+    _check_no_masks("target", target.headers, target.url)
     try:
         check_webhook_url(target.url)
     except ValueError as exc:
@@ -253,6 +255,22 @@ def check_alert(alert: AlertTarget | None) -> None:
         check_webhook_url(alert.url)
     except ValueError as exc:
         raise InvalidInput("on_failure.url", str(exc)) from None
+    _check_no_masks("on_failure", alert.headers, alert.url)
+
+
+def _check_no_masks(where: str, headers: Mapping[str, str], url: str) -> None:
+    """A MASK left after restoring stored values (services/jobs.py) would store asterisks in
+    place of a credential: refuse it, naming where it is."""
+    found = unrestored_masks(headers, url)
+    if not found:
+        return
+    part = "url" if found[0] == "url" else f"headers.{found[0]}"
+    raise InvalidInput(
+        f"{where}.{part}",
+        f"{MASK} is how tickwork shows a stored secret, and nothing is stored there to keep;"
+        " send the real value",
+        code="masked_value",
+    )
 
 
 # -- schedules and states ---------------------------------------------------------------------

@@ -3,7 +3,13 @@
 A job names an existing tenant (`default` exists in every database). An admin creates and
 deletes tenants; a tenant with jobs cannot be deleted, and deleting one revokes its keys.
 Secrets are write-only here as everywhere: callers get a `TenantSigning` with fingerprints,
-never the secrets. Per-tenant limits will live on the same resource.
+never the secrets, except a secret tickwork generates, shown once in the answer that made it.
+Per-tenant limits will live on the same resource.
+
+Signed by default: a new tenant gets a generated signing secret, and a tenant whose signing was
+never configured (`default` and the tenants an upgrade created) gets one when an API process
+starts (`sign_unconfigured`); `rotate` makes a new one and keeps the old one beside it until
+`retire_previous`, so receivers can switch without a failed delivery.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import builtins
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
@@ -20,9 +26,9 @@ from tickwork.domain.tenants import Tenant
 from tickwork.errors import InvalidInput, NotFound
 from tickwork.services.rules import MAX_TENANT_CHARS, check_secrets, check_tenant
 from tickwork.store.base import ScheduleStore
-from tickwork.webhooks import fingerprint
+from tickwork.webhooks import fingerprint, generate_secret
 
-__all__ = ["TenantService", "TenantSigning"]
+__all__ = ["NewSecret", "TenantService", "TenantSigning"]
 
 SECRETS_FIELD: Final = "secrets"
 TENANT_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -37,6 +43,14 @@ class TenantSigning:
     updated_at: datetime | None  # None: never set
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewSecret:
+    """A secret tickwork generated, to show once, and the signing it is part of."""
+
+    secret: str = field(repr=False)
+    signing: TenantSigning
+
+
 class TenantService:
     """A tenant's signing secrets: set, shown as fingerprints, cleared."""
 
@@ -44,10 +58,49 @@ class TenantService:
         self._store = store
         self._clock = clock
 
-    async def create(self, name: str) -> Tenant:
-        """A new tenant. Raises InvalidInput for a bad name, TenantExists if it exists."""
+    async def create(self, name: str) -> tuple[Tenant, NewSecret]:
+        """A new tenant with a generated signing secret (returned to show once). Raises
+        InvalidInput for a bad name, TenantExists if it exists."""
         check_tenant_name(name)
-        return await self._store.create_tenant(name, now=self._clock.now())
+        secret = generate_secret()
+        tenant = await self._store.create_tenant(
+            name, now=self._clock.now(), webhook_secrets=(secret,)
+        )
+        signing = _signing(name, tenant.webhook_secrets, tenant.updated_at)
+        return tenant, NewSecret(secret=secret, signing=signing)
+
+    async def rotate(self, tenant: str) -> NewSecret:
+        """A new signing secret first, the current one kept after it (both sign) until
+        `retire_previous`; a tenant without secrets gets just the new one."""
+        current = await self.get(tenant)
+        secret = generate_secret()
+        kept = (secret, *current.webhook_secrets[:1])
+        stored = await self._store.set_tenant_secrets(tenant, kept, now=self._clock.now())
+        return NewSecret(
+            secret=secret, signing=_signing(tenant, stored.webhook_secrets, stored.updated_at)
+        )
+
+    async def retire_previous(self, tenant: str) -> TenantSigning:
+        """Keep only the newest secret (the end of a rotation); nothing to do is not an error."""
+        current = await self.get(tenant)
+        kept = current.webhook_secrets[:1]
+        if kept == current.webhook_secrets:
+            return _signing(tenant, kept, current.updated_at)
+        stored = await self._store.set_tenant_secrets(tenant, kept, now=self._clock.now())
+        return _signing(tenant, stored.webhook_secrets, stored.updated_at)
+
+    async def sign_unconfigured(self) -> list[str]:
+        """Give every tenant whose signing was never configured (no secrets, never updated
+        since created) a generated secret; returns their names. A tenant whose secrets were
+        cleared on purpose has been updated since, and stays unsigned."""
+        signed = []
+        for tenant in await self._store.list_tenants():
+            if not tenant.webhook_secrets and tenant.updated_at == tenant.created_at:
+                await self._store.set_tenant_secrets(
+                    tenant.tenant, (generate_secret(),), now=self._clock.now()
+                )
+                signed.append(tenant.tenant)
+        return signed
 
     async def get(self, name: str) -> Tenant:
         found = await self._store.get_tenant(name)

@@ -158,6 +158,15 @@ class StoreStats:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ResealReport:
+    jobs_checked: int
+    jobs_resealed: int
+    tenants_checked: int
+    tenants_resealed: int
+    skipped: int  # changed by someone else between the read and the rewrite
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class HistoryMaintenance:
     """What one `maintain_history` call changed."""
 
@@ -582,9 +591,11 @@ class AccessStore(Protocol):
         Unknown ids are ignored. One statement (or transaction) for the whole batch."""
         ...
 
-    async def create_tenant(self, tenant: str, *, now: datetime) -> Tenant:
-        """Create the tenant (no settings; created_at = updated_at = `now`); returns it.
-        Raises TenantExists (a Conflict) if it exists."""
+    async def create_tenant(
+        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+    ) -> Tenant:
+        """Create the tenant with these signing secrets (created_at = updated_at = `now`);
+        returns it. Raises TenantExists (a Conflict) if it exists."""
         ...
 
     async def list_tenants(self) -> list[Tenant]:
@@ -598,6 +609,17 @@ class AccessStore(Protocol):
         Raises NotFound("tenant", tenant) if it does not exist, or TenantHasJobs (a Conflict,
         nothing changed) while any job names it. The store does not stop a job from naming
         the tenant after this check: jobs do not reference tenants in the schema."""
+        ...
+
+
+class SecretsStore(Protocol):
+    """Secrets at rest (tickwork.sealing): the SQL stores seal them with the keyring they were
+    given; MemoryStore keeps nothing at rest and reports nothing to do."""
+
+    async def reseal_secrets(self) -> ResealReport:
+        """Rewrite every stored secret sealed with the keyring's first key (after a rotation,
+        or for rows written before encryption); an edit made meanwhile wins (counted as
+        skipped)."""
         ...
 
 
@@ -638,6 +660,7 @@ class ScheduleStore(
     HistoryStore,
     AccessStore,
     AuditStore,
+    SecretsStore,
     Protocol,
 ):
     """Every part of the seam: what a backend implements, and what services are given."""

@@ -45,6 +45,7 @@ from tickwork.store.base import (
     JobQuery,
     LeaseView,
     NodeAnnouncement,
+    ResealReport,
     StoreStats,
     Topic,
     Watchers,
@@ -504,10 +505,26 @@ class MemoryStore:
         self._tenants[tenant] = stored
         return stored
 
-    async def create_tenant(self, tenant: str, *, now: datetime) -> Tenant:
+    async def reseal_secrets(self) -> ResealReport:
+        return ResealReport(  # nothing is at rest here
+            jobs_checked=len(self._jobs),
+            jobs_resealed=0,
+            tenants_checked=len(self._tenants),
+            tenants_resealed=0,
+            skipped=0,
+        )
+
+    async def create_tenant(
+        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+    ) -> Tenant:
         if tenant in self._tenants:
             raise TenantExists(tenant)
-        created = Tenant(tenant=tenant, created_at=now, updated_at=now)
+        created = Tenant(
+            tenant=tenant,
+            webhook_secrets=tuple(webhook_secrets),
+            created_at=now,
+            updated_at=now,
+        )
         self._tenants[tenant] = created
         return created
 

@@ -35,6 +35,7 @@ from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, StoreError, TenantExists, TenantHasJobs
+from tickwork.sealing import Keyring
 from tickwork.store.base import (
     DEFAULT_TAKEOVER_GRACE_MS,
     Applied,
@@ -44,6 +45,7 @@ from tickwork.store.base import (
     HistoryMaintenance,
     LeaseView,
     NodeAnnouncement,
+    ResealReport,
     Topic,
     Watchers,
     distinct_leases,
@@ -57,6 +59,8 @@ from tickwork.store.postgres.statements import SQL
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement
 from tickwork.store.sql.reads import SqlReads, floor_us
+from tickwork.store.sql.reseal import ResealStatements, reseal_all
+from tickwork.store.sql.sealed import TENANT_SECRETS, SealedColumns
 
 log = logging.getLogger("tickwork.store.postgres")
 
@@ -70,11 +74,25 @@ SCAN_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 # one set of partitions at a time, so a few large entries is all the cache ever keeps.
 SCAN_CACHEABLE_BYTES = 512 * 1024  # room for MAX_PARTITIONS branches
 SCAN_CACHE_STATEMENTS = 32
+RESEAL = ResealStatements(
+    job_page=SQL.job_secret_columns,
+    reseal_job=SQL.reseal_job,
+    tenants=SQL.tenant_secret_columns,
+    reseal_tenant=SQL.reseal_tenant,
+)
 
 
 class PostgresStore(SqlReads):
-    def __init__(self, url: str, *, migrate: bool = True, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        migrate: bool = True,
+        pool_size: int = 10,
+        keyring: Keyring | None = None,
+    ) -> None:
         self.url = url
+        self._columns = SealedColumns(keyring)
         self._dsn = asyncpg_dsn(url)
         self._migrate = migrate
         self._pool_size = pool_size
@@ -184,18 +202,22 @@ class PostgresStore(SqlReads):
     # -- jobs -------------------------------------------------------------------------------
     async def create_job(self, job: Job) -> Job:
         await self._write_notify(
-            self._sql.insert_job, rows.job_params(job, partitions=self._partitions), "jobs"
+            self._sql.insert_job,
+            rows.job_params(job, partitions=self._partitions, sealed=self._columns),
+            "jobs",
         )
         return job
 
     async def update_job(self, job: Job) -> Job:
         found = await self._write_notify(
-            self._sql.update_job, rows.job_params(job, partitions=self._partitions), "jobs"
+            self._sql.update_job,
+            rows.job_params(job, partitions=self._partitions, sealed=self._columns),
+            "jobs",
         )
         if not found:
             await self.get_job(job.id)  # NotFound if it is gone
             raise StaleJob(f"job {job.id!r} was claimed since it was read")
-        return rows.job_from_row(found[0])
+        return rows.job_from_row(found[0], self._columns)
 
     async def delete_job(self, job_id: str) -> None:
         found = await self._write_notify(self._sql.delete_job_and_runs, {"id": job_id}, "jobs")
@@ -218,7 +240,11 @@ class PostgresStore(SqlReads):
         values["lease_until"] = to_us(lease_until)
         found = await self._fetch(self._sql.claim, values, "claiming")
         return Claimed(
-            (rows.fire_from_row(r, lease_until) for r in found if r["id"] is not None),
+            (
+                rows.fire_from_row(r, lease_until, self._columns)
+                for r in found
+                if r["id"] is not None
+            ),
             refused=_refused(found),
         )
 
@@ -380,7 +406,7 @@ class PostgresStore(SqlReads):
             "limit": limit,
         }
         found = await self._fetch(self._sql.lease_runs, values, "leasing")
-        return [rows.fire_from_row(r, lease_until) for r in found]
+        return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
     async def lease_run(
         self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
@@ -389,7 +415,7 @@ class PostgresStore(SqlReads):
         found = await self._fetch(
             self._sql.lease_run, values | {"lease_until": to_us(lease_until)}, "leasing"
         )
-        return None if not found else rows.fire_from_row(found[0], lease_until)
+        return None if not found else rows.fire_from_row(found[0], lease_until, self._columns)
 
     async def lease_fenced_runs(
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
@@ -413,7 +439,7 @@ class PostgresStore(SqlReads):
             "limit": limit,
         }
         found = await self._fetch(self._sql.take_back_own_leases, values, "taking back leases")
-        return [rows.fire_from_row(r, lease_until) for r in found]
+        return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
     async def _by_fence(
         self,
@@ -434,7 +460,7 @@ class PostgresStore(SqlReads):
             "lease_until": to_us(lease_until),
         }
         found = await self._fetch(statement, values, "leasing by fence")
-        return [rows.fire_from_row(r, lease_until) for r in found]
+        return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
@@ -460,18 +486,18 @@ class PostgresStore(SqlReads):
 
     async def get_tenant(self, tenant: str) -> Tenant | None:
         found = await self._query(self._sql.get_tenant, {"tenant": tenant})
-        return rows.tenant_from_row(found[0]) if found else None
+        return rows.tenant_from_row(found[0], self._columns) if found else None
 
     async def set_tenant_secrets(
         self, tenant: str, secrets: Sequence[str], *, now: datetime
     ) -> Tenant:
         values = {
             "tenant": tenant,
-            "webhook_secrets": rows.secrets_json(tuple(secrets)),
+            "webhook_secrets": self._columns.write_secrets(tuple(secrets), purpose=TENANT_SECRETS),
             "now": to_us(now),
         }
         found = await self._query(self._sql.set_tenant_secrets, values)
-        return rows.tenant_from_row(found[0])
+        return rows.tenant_from_row(found[0], self._columns)
 
     # -- API keys and tenants (AccessStore; the reads are SqlReads') --------------------------
     async def create_key(self, key: ApiKey) -> None:
@@ -492,12 +518,26 @@ class PostgresStore(SqlReads):
         values = {"ids": list(used), "used_us": [to_us(when) for when in used.values()]}
         await self._execute(self._sql.touch_keys, values, "recording when keys were used")
 
-    async def create_tenant(self, tenant: str, *, now: datetime) -> Tenant:
-        values = {"tenant": tenant, "now": to_us(now)}
+    async def reseal_secrets(self) -> ResealReport:
+        async def write(statement: Statement, values: Mapping[str, Any]) -> list[asyncpg.Record]:
+            return await self._fetch(statement, values, "re-sealing secrets")
+
+        return await reseal_all(RESEAL, self._columns, self._query, write)
+
+    async def create_tenant(
+        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+    ) -> Tenant:
+        values = {
+            "tenant": tenant,
+            "now": to_us(now),
+            "webhook_secrets": self._columns.write_secrets(
+                tuple(webhook_secrets), purpose=TENANT_SECRETS
+            ),
+        }
         found = await self._fetch(self._sql.insert_tenant, values, "creating a tenant")
         if not found:
             raise TenantExists(tenant)
-        return rows.tenant_from_row(found[0])
+        return rows.tenant_from_row(found[0], self._columns)
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
         values = {"tenant": tenant, "now": to_us(now)}

@@ -216,9 +216,9 @@ UPDATE tw_api_keys SET revoked_us = coalesce(revoked_us, :now) WHERE id = :id
 RETURNING {key_columns}
 
 -- name: insert_tenant
--- Create a tenant with no settings; no row returned if it exists already.
+-- Create a tenant with its signing secrets (sealed); no row returned if it exists already.
 INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)
-VALUES (:tenant, NULL, :now, :now)
+VALUES (:tenant, :webhook_secrets, :now, :now)
 ON CONFLICT (tenant) DO NOTHING
 RETURNING {tenant_columns}
 
@@ -265,3 +265,29 @@ ORDER BY id DESC LIMIT :limit
 -- Delete a batch of the oldest entries made before :before (tw_audit_at).
 DELETE FROM tw_audit WHERE id IN (
     SELECT id FROM tw_audit WHERE at_us < :before ORDER BY at_us, id LIMIT :limit)
+
+-- Secrets at rest (store/sql/reseal.py): every column that may hold a secret, a page at a
+-- time, and a compare-and-set rewrite that loses to any edit made in between.
+
+-- name: job_secret_columns
+-- A page of jobs' secret-bearing columns, by id.
+SELECT id, target, webhook_secrets, on_failure FROM tw_jobs
+WHERE id > :after ORDER BY id LIMIT :limit
+
+-- name: reseal_job
+-- Rewrite a job's secret-bearing columns if they are still what was read.
+UPDATE tw_jobs SET target = :target, webhook_secrets = :webhook_secrets, on_failure = :on_failure
+WHERE id = :id AND target = :old_target
+  AND webhook_secrets IS NOT DISTINCT FROM :old_webhook_secrets
+  AND on_failure IS NOT DISTINCT FROM :old_on_failure
+RETURNING id
+
+-- name: tenant_secret_columns
+-- Every tenant's signing secrets column.
+SELECT tenant, webhook_secrets FROM tw_tenants ORDER BY tenant
+
+-- name: reseal_tenant
+-- Rewrite a tenant's signing secrets if they are still what was read.
+UPDATE tw_tenants SET webhook_secrets = :webhook_secrets
+WHERE tenant = :tenant AND webhook_secrets IS NOT DISTINCT FROM :old_webhook_secrets
+RETURNING tenant

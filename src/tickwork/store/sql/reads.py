@@ -17,6 +17,7 @@ from tickwork.errors import NotFound
 from tickwork.store.base import JobQuery, StoreStats
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement, Statements
+from tickwork.store.sql.sealed import SealedColumns
 
 EARLIEST_US = -(2**63)  # no lower bound: every next_run_us is at or after it
 ABOVE_EVERY_ID = 2**63 - 1  # the largest BIGINT: no upper bound on a page's ids
@@ -28,6 +29,7 @@ def floor_us(not_before: datetime | None) -> int:
 
 class SqlReads:
     _sql: Statements
+    _columns: SealedColumns  # how the secret-bearing columns are written and read
 
     async def _query(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[rows.Row]:
         """Run one read-only statement with :named parameters."""
@@ -40,7 +42,7 @@ class SqlReads:
         found = await self._query(self._sql.get_job, {"id": job_id})
         if not found:
             raise NotFound("job", job_id)
-        return rows.job_from_row(found[0])
+        return rows.job_from_row(found[0], self._columns)
 
     async def list_jobs(self, query: JobQuery) -> list[Job]:
         params = {
@@ -50,7 +52,10 @@ class SqlReads:
             "after_id": query.after_id,
             "limit": query.limit,
         }
-        return [rows.job_from_row(r) for r in await self._query(self._sql.list_jobs, params)]
+        return [
+            rows.job_from_row(r, self._columns)
+            for r in await self._query(self._sql.list_jobs, params)
+        ]
 
     async def list_runs(
         self, job_id: str, *, limit: int = 50, before_id: int | None = None
@@ -116,7 +121,10 @@ class SqlReads:
         return [rows.key_from_row(r) for r in found]
 
     async def list_tenants(self) -> list[Tenant]:
-        return [rows.tenant_from_row(r) for r in await self._query(self._sql.list_tenants, {})]
+        return [
+            rows.tenant_from_row(r, self._columns)
+            for r in await self._query(self._sql.list_tenants, {})
+        ]
 
     # -- the audit log (AuditStore) -----------------------------------------------------------
     async def list_audit(

@@ -18,6 +18,7 @@ from tickwork.domain.jobs import (
     JobState,
     MisfirePolicy,
     Schedule,
+    Target,
     TaskTarget,
     WebhookTarget,
 )
@@ -34,7 +35,9 @@ from tickwork.domain.runs import (
     RunStatus,
 )
 from tickwork.domain.tenants import Tenant
+from tickwork.sealing import SealedSecretError
 from tickwork.store.base import DueJob, NodeAnnouncement
+from tickwork.store.sql.sealed import SealedColumns
 
 DEFAULT_RETRY = RetryPolicy()
 
@@ -78,7 +81,7 @@ def schedule_params(schedule: Schedule) -> dict[str, Any]:
     return params
 
 
-def job_params(job: Job, *, partitions: int) -> dict[str, Any]:
+def job_params(job: Job, *, partitions: int, sealed: SealedColumns) -> dict[str, Any]:
     """The job's columns; its partition is computed from its id and P (`partitions`)."""
     return {
         "id": job.id,
@@ -87,40 +90,18 @@ def job_params(job: Job, *, partitions: int) -> dict[str, Any]:
         "name": job.name,
         "state": job.state.value,
         **schedule_params(job.schedule),
-        "target": target_json(job.target),
+        "target": sealed.write_target(job.target),
         "next_run_us": us_or_none(job.next_run_at),
         "fence_token": job.fence_token,
         "last_fired_us": us_or_none(job.last_fired_at),
         "created_us": to_us(job.created_at),
         "updated_us": to_us(job.updated_at),
         "retry_policy": retry_json(job.retry),
-        "webhook_secrets": secrets_json(
+        "webhook_secrets": sealed.write_secrets(
             job.target.secrets if isinstance(job.target, WebhookTarget) else ()
         ),
-        "on_failure": alert_json(job.on_failure),
+        "on_failure": sealed.write_alert(job.on_failure),
     }
-
-
-def secrets_json(secrets: tuple[str, ...]) -> str | None:
-    """None when there are none, so a job or tenant without secrets stores NULL."""
-    return json.dumps(list(secrets)) if secrets else None
-
-
-def secrets_from_json(text: str | None) -> tuple[str, ...]:
-    return () if text is None else tuple(json.loads(text))
-
-
-def alert_json(alert: AlertTarget | None) -> str | None:
-    if alert is None:
-        return None
-    return json.dumps({"url": alert.url, "headers": dict(alert.headers)}, separators=(",", ":"))
-
-
-def alert_from_json(text: str | None) -> AlertTarget | None:
-    if text is None:
-        return None
-    raw = json.loads(text)
-    return AlertTarget(url=raw["url"], headers=raw["headers"])
 
 
 def retry_json(policy: RetryPolicy) -> str | None:
@@ -140,38 +121,6 @@ def retry_json(policy: RetryPolicy) -> str | None:
 
 def retry_from_json(text: str | None) -> RetryPolicy:
     return DEFAULT_RETRY if text is None else RetryPolicy(**json.loads(text))
-
-
-def target_json(target: WebhookTarget | TaskTarget) -> str:
-    if isinstance(target, TaskTarget):
-        raw = {"type": "task", "name": target.name, "args": target.args}
-        return json.dumps({**raw, "timeout_s": target.timeout_s}, separators=(",", ":"))
-    return json.dumps(
-        {
-            "type": "webhook",
-            "url": target.url,
-            "method": target.method,
-            "headers": dict(target.headers),
-            "body": target.body,
-            "timeout_s": target.timeout_s,
-        },
-        separators=(",", ":"),
-    )
-
-
-def target_from_json(text: str, secrets: str | None = None) -> WebhookTarget | TaskTarget:
-    """The target from its JSON, with the job's secrets (a separate column) put back in."""
-    raw = json.loads(text)
-    if raw["type"] == "task":
-        return TaskTarget(name=raw["name"], args=raw["args"], timeout_s=raw["timeout_s"])
-    return WebhookTarget(
-        url=raw["url"],
-        method=raw["method"],
-        headers=raw["headers"],
-        body=raw["body"],
-        timeout_s=raw["timeout_s"],
-        secrets=secrets_from_json(secrets),
-    )
 
 
 def schedule_from_row(row: Row) -> Schedule:
@@ -225,28 +174,28 @@ def _schedule_from_columns(
     )
 
 
-def job_from_row(row: Row) -> Job:
+def job_from_row(row: Row, sealed: SealedColumns) -> Job:
     return Job(
         id=row["id"],
         tenant=row["tenant"],
         name=row["name"],
         state=JobState(row["state"]),
         schedule=schedule_from_row(row),
-        target=target_from_json(row["target"], row["webhook_secrets"]),
+        target=sealed.read_target(row["target"], row["webhook_secrets"]),
         next_run_at=dt_or_none(row["next_run_us"]),
         fence_token=row["fence_token"],
         last_fired_at=dt_or_none(row["last_fired_us"]),
         created_at=from_us(row["created_us"]),
         updated_at=from_us(row["updated_us"]),
         retry=retry_from_json(row["retry_policy"]),
-        on_failure=alert_from_json(row["on_failure"]),
+        on_failure=sealed.read_alert(row["on_failure"]),
     )
 
 
-def tenant_from_row(row: Row) -> Tenant:
+def tenant_from_row(row: Row, sealed: SealedColumns) -> Tenant:
     return Tenant(
         tenant=row["tenant"],
-        webhook_secrets=secrets_from_json(row["webhook_secrets"]),
+        webhook_secrets=sealed.read_tenant_secrets(row["webhook_secrets"]),
         created_at=from_us(row["created_us"]),
         updated_at=from_us(row["updated_us"]),
     )
@@ -410,17 +359,37 @@ def attempt_from_row(row: Row) -> AttemptRecord:
 # A burst leases thousands of runs whose jobs share a handful of distinct target, retry and
 # alert texts; parsing each text once instead of once per fire was ~15 % of a worker's CPU in
 # a no-op task burst (py-spy). The parsed objects are frozen and only read on the fire path;
-# a task's `args`, the one part user code may mutate, is copied into each TaskContext.
+# a task's `args`, the one part user code may mutate, is copied into each TaskContext. The
+# secret-bearing texts are cached by `SealedColumns`, which also opens them.
 _FIRE_PART_CACHE = 4096
-_cached_target = functools.lru_cache(maxsize=_FIRE_PART_CACHE)(target_from_json)
+UNREADABLE_TARGET = TaskTarget(name="(unreadable: see the attempt's error)")
 _cached_retry = functools.lru_cache(maxsize=_FIRE_PART_CACHE)(retry_from_json)
-_cached_secrets = functools.lru_cache(maxsize=_FIRE_PART_CACHE)(secrets_from_json)
-_cached_alert = functools.lru_cache(maxsize=_FIRE_PART_CACHE)(alert_from_json)
 
 
-def fire_from_row(row: Row, lease_until: datetime) -> Fire:
+FireParts = tuple[Target, tuple[str, ...], AlertTarget | None, str | None]
+
+
+def fire_parts(sealed: SealedColumns, row: Row) -> FireParts:
+    """The secret-bearing parts of a fire (target, tenant secrets, alert), decrypted; when this
+    process lacks a key, placeholders and the reason (`Fire.unreadable`), so one unreadable
+    job fails its own attempt instead of the claim or lease of every fire with it."""
+    try:
+        return (
+            sealed.cached_target(row["target"], row["webhook_secrets"]),
+            sealed.cached_tenant_secrets(row["tenant_secrets"]),
+            sealed.cached_alert(row["on_failure"]),
+            None,
+        )
+    except SealedSecretError as exc:
+        return UNREADABLE_TARGET, (), None, str(exc)
+
+
+def fire_from_row(row: Row, lease_until: datetime, sealed: SealedColumns) -> Fire:
     """A leased run joined with its job and tenant (the columns of the `fire_returning` and
-    `fire_join_returning` fragments, and of the claims' RETURNING lists)."""
+    `fire_join_returning` fragments, and of the claims' RETURNING lists). A job whose secrets
+    this process cannot decrypt gives a fire marked `unreadable`, so that it fails with the
+    reason rather than failing every other fire leased with it."""
+    target, tenant_secrets, on_failure, unreadable = fire_parts(sealed, row)
     return Fire(
         run_id=row["id"],
         job_id=row["job_id"],
@@ -428,11 +397,12 @@ def fire_from_row(row: Row, lease_until: datetime) -> Fire:
         scheduled_for=from_us(row["scheduled_us"]),
         fence_token=row["fence_token"],
         attempt=row["attempt"],
-        target=_cached_target(row["target"], row["webhook_secrets"]),
+        target=target,
         lease_until=lease_until,
         retry=_cached_retry(row["retry_policy"]),
-        tenant_secrets=_cached_secrets(row["tenant_secrets"]),
-        on_failure=_cached_alert(row["on_failure"]),
+        tenant_secrets=tenant_secrets,
+        on_failure=on_failure,
+        unreadable=unreadable,
     )
 
 

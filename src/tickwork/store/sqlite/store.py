@@ -29,6 +29,7 @@ from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
+from tickwork.sealing import Keyring
 from tickwork.store.base import (
     DEFAULT_TAKEOVER_GRACE_MS,
     Applied,
@@ -38,6 +39,7 @@ from tickwork.store.base import (
     HistoryMaintenance,
     LeaseView,
     NodeAnnouncement,
+    ResealReport,
     Topic,
     Watchers,
     distinct_leases,
@@ -46,16 +48,27 @@ from tickwork.store.base import (
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement, load_statements
 from tickwork.store.sql.reads import SqlReads, floor_us
+from tickwork.store.sql.reseal import ResealStatements, reseal_all
+from tickwork.store.sql.sealed import TENANT_SECRETS, SealedColumns
 from tickwork.store.sqlite.connection import Connection, create_private, immediate
 
 T = TypeVar("T")
 
 SQL = load_statements("common", "sqlite", numbered=False)
+RESEAL = ResealStatements(
+    job_page=SQL.job_secret_columns,
+    reseal_job=SQL.reseal_job,
+    tenants=SQL.tenant_secret_columns,
+    reseal_tenant=SQL.reseal_tenant,
+)
 
 
 class SqliteStore(SqlReads):
-    def __init__(self, path: str | Path, *, migrate: bool = True) -> None:
+    def __init__(
+        self, path: str | Path, *, migrate: bool = True, keyring: Keyring | None = None
+    ) -> None:
         self.path = Path(path)
+        self._columns = SealedColumns(keyring)
         self._migrate = migrate
         self._writer = Connection(self.path, readonly=False)
         self._reader = Connection(self.path, readonly=True)
@@ -91,7 +104,8 @@ class SqliteStore(SqlReads):
     async def create_job(self, job: Job) -> Job:
         await self._write(
             lambda conn: conn.execute(
-                SQL.insert_job.text, rows.job_params(job, partitions=self._partitions)
+                SQL.insert_job.text,
+                rows.job_params(job, partitions=self._partitions, sealed=self._columns),
             )
         )
         self._watchers.notify("jobs")
@@ -100,7 +114,8 @@ class SqliteStore(SqlReads):
     async def update_job(self, job: Job) -> Job:
         def update(conn: sqlite3.Connection) -> tuple[sqlite3.Row | None, bool]:
             updated: sqlite3.Row | None = conn.execute(
-                SQL.update_job.text, rows.job_params(job, partitions=self._partitions)
+                SQL.update_job.text,
+                rows.job_params(job, partitions=self._partitions, sealed=self._columns),
             ).fetchone()
             exists = updated is not None or _exists(conn, job.id)
             return updated, exists
@@ -111,7 +126,7 @@ class SqliteStore(SqlReads):
         if row is None:
             raise StaleJob(f"job {job.id!r} was claimed since it was read")
         self._watchers.notify("jobs")
-        return rows.job_from_row(row)
+        return rows.job_from_row(row, self._columns)
 
     async def delete_job(self, job_id: str) -> None:
         def delete(conn: sqlite3.Connection) -> int:
@@ -138,7 +153,9 @@ class SqliteStore(SqlReads):
             return Claimed()
         common = _claim_common(owner, now, takeover_grace_ms)
         common["lease_until"] = to_us(lease_until)
-        return await self._write(lambda conn: _claim(conn, plans, common, lease_until))
+        return await self._write(
+            lambda conn: _claim(conn, plans, common, lease_until, self._columns)
+        )
 
     async def claim_hand_off(
         self,
@@ -289,7 +306,7 @@ class SqliteStore(SqlReads):
         leased = await self._write(
             lambda conn: conn.execute(SQL.lease_runs.text, params).fetchall()
         )
-        return [rows.fire_from_row(r, lease_until) for r in leased]
+        return [rows.fire_from_row(r, lease_until, self._columns) for r in leased]
 
     async def lease_run(
         self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
@@ -297,7 +314,7 @@ class SqliteStore(SqlReads):
         params = {"id": run_id, "fence": fence_token, "owner": owner}
         params["lease_until"] = to_us(lease_until)
         found = await self._write(lambda conn: conn.execute(SQL.lease_run.text, params).fetchone())
-        return None if found is None else rows.fire_from_row(found, lease_until)
+        return None if found is None else rows.fire_from_row(found, lease_until, self._columns)
 
     async def lease_fenced_runs(
         self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
@@ -321,7 +338,7 @@ class SqliteStore(SqlReads):
             found = (conn.execute(statement, p).fetchone() for p in params)
             return [row for row in found if row is not None]
 
-        return [rows.fire_from_row(r, lease_until) for r in await self._write(each)]
+        return [rows.fire_from_row(r, lease_until, self._columns) for r in await self._write(each)]
 
     async def take_back_own_leases(
         self,
@@ -342,7 +359,7 @@ class SqliteStore(SqlReads):
         taken = await self._write(
             lambda conn: conn.execute(SQL.take_back_own_leases.text, params).fetchall()
         )
-        return [rows.fire_from_row(r, lease_until) for r in taken]
+        return [rows.fire_from_row(r, lease_until, self._columns) for r in taken]
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
@@ -366,20 +383,20 @@ class SqliteStore(SqlReads):
 
     async def get_tenant(self, tenant: str) -> Tenant | None:
         found = await self._query(SQL.get_tenant, {"tenant": tenant})
-        return rows.tenant_from_row(found[0]) if found else None
+        return rows.tenant_from_row(found[0], self._columns) if found else None
 
     async def set_tenant_secrets(
         self, tenant: str, secrets: Sequence[str], *, now: datetime
     ) -> Tenant:
         params = {
             "tenant": tenant,
-            "webhook_secrets": rows.secrets_json(tuple(secrets)),
+            "webhook_secrets": self._columns.write_secrets(tuple(secrets), purpose=TENANT_SECRETS),
             "now": to_us(now),
         }
         row = await self._write(
             lambda conn: conn.execute(SQL.set_tenant_secrets.text, params).fetchone()
         )
-        return rows.tenant_from_row(row)
+        return rows.tenant_from_row(row, self._columns)
 
     # -- API keys and tenants (AccessStore; the reads are SqlReads') --------------------------
     async def create_key(self, key: ApiKey) -> None:
@@ -403,14 +420,28 @@ class SqliteStore(SqlReads):
         params = {"used": json.dumps({key_id: to_us(when) for key_id, when in used.items()})}
         await self._write(lambda conn: conn.execute(SQL.touch_keys.text, params))
 
-    async def create_tenant(self, tenant: str, *, now: datetime) -> Tenant:
-        params = {"tenant": tenant, "now": to_us(now)}
+    async def reseal_secrets(self) -> ResealReport:
+        async def write(statement: Statement, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+            return await self._write(lambda conn: conn.execute(statement.text, params).fetchall())
+
+        return await reseal_all(RESEAL, self._columns, self._query, write)
+
+    async def create_tenant(
+        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+    ) -> Tenant:
+        params = {
+            "tenant": tenant,
+            "now": to_us(now),
+            "webhook_secrets": self._columns.write_secrets(
+                tuple(webhook_secrets), purpose=TENANT_SECRETS
+            ),
+        }
         row = await self._write(
             lambda conn: conn.execute(SQL.insert_tenant.text, params).fetchone()
         )
         if row is None:
             raise TenantExists(tenant)
-        return rows.tenant_from_row(row)
+        return rows.tenant_from_row(row, self._columns)
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
         params = {"tenant": tenant, "now": to_us(now)}
@@ -535,26 +566,29 @@ def _claim(
     plans: Sequence[ClaimPlan],
     common: dict[str, Any],
     lease_until: datetime,
+    columns: SealedColumns,
 ) -> Claimed[Fire]:
     done, refused = _claimed_runs(
         conn, plans, common, SQL.claim_job_for_fire.text, SQL.insert_claimed_run.text
     )
-    fires = (
-        Fire(
+    fires = []
+    for plan, scheduled_for, key, claimed, run_id in done:
+        target, tenant_secrets, on_failure, unreadable = rows.fire_parts(columns, claimed)
+        fire = Fire(
             run_id=run_id,
             job_id=plan.job_id,
             key=key,
             scheduled_for=scheduled_for,
             fence_token=claimed["fence_token"],
             attempt=1,
-            target=rows.target_from_json(claimed["target"], claimed["webhook_secrets"]),
+            target=target,
             lease_until=lease_until,
             retry=rows.retry_from_json(claimed["retry_policy"]),
-            tenant_secrets=rows.secrets_from_json(claimed["tenant_secrets"]),
-            on_failure=rows.alert_from_json(claimed["on_failure"]),
+            tenant_secrets=tenant_secrets,
+            on_failure=on_failure,
+            unreadable=unreadable,
         )
-        for plan, scheduled_for, key, claimed, run_id in done
-    )
+        fires.append(fire)
     return Claimed(fires, refused=refused)
 
 

@@ -46,6 +46,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
+from tickwork.domain.masking import mask_url
 from tickwork.errors import TickworkError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -94,7 +95,8 @@ class ForbiddenHost(EgressRefused):
 
 class ForbiddenURL(EgressRefused):
     def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"refused URL {url[:200]!r}: {reason}")
+        # The message reaches run history and logs: never with the URL's password.
+        super().__init__(f"refused URL {mask_url(url)[:200]!r}: {reason}")
         self.url = url
         self.reason = reason
 

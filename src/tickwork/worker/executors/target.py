@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tickwork.domain.jobs import TaskTarget
 from tickwork.domain.runs import Fire
-from tickwork.worker.base import Attempt, Runner
+from tickwork.worker.base import ERROR_EXCERPT_CHARS, Attempt, Runner
 
 __all__ = ["TargetRunner"]
 
@@ -22,6 +22,8 @@ class TargetRunner:
         self._tasks = tasks
 
     async def __call__(self, fire: Fire) -> Attempt:
+        if fire.unreadable is not None:  # a stored secret this process has no key for
+            return Attempt(ok=False, error=fire.unreadable[:ERROR_EXCERPT_CHARS])
         if isinstance(fire.target, TaskTarget):
             return await self._tasks(fire)
         return await self._webhooks(fire)

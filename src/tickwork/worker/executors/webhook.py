@@ -79,6 +79,8 @@ class WebhookRunner:
     def signing_for(self, fire: Fire) -> tuple[SigningSource, tuple[str, ...]]:
         """Which secrets sign requests for `fire`'s job (its own, its tenant's, ours, none)."""
         target = fire.target
+        if isinstance(target, WebhookTarget) and not target.signed:
+            return SigningSource.NONE, ()  # the job opted out of signing
         return resolve_secrets(
             job=target.secrets if isinstance(target, WebhookTarget) else (),
             tenant=fire.tenant_secrets,
