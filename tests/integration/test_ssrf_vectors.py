@@ -18,7 +18,6 @@ import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
@@ -117,10 +116,12 @@ def _content_length(head: bytes) -> int:
     return 0
 
 
-async def _listen_on_one_port(receivers: Receivers, addresses: Sequence[str]) -> list[Any]:
+async def _listen_on_one_port(
+    receivers: Receivers, addresses: Sequence[str]
+) -> list[asyncio.Server]:
     """Bind every address to one port (a free port on the first may be taken on another)."""
     for _ in range(50):
-        servers: list[Any] = []
+        servers: list[asyncio.Server] = []
         try:
             for address in addresses:
                 receiver = Receiver(address)
