@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
+import re
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -49,6 +50,11 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Headers the client owns: a job's own value could break the framing (request smuggling).
 _OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 _FORBIDDEN_IN_HEADERS = ("\r", "\n", "\0")
+# What a method and a header name may be (an RFC 9110 token). Anything else can rewrite the
+# head: a space in a method makes an absolute-form target a proxy would fetch, a leading space
+# in a name folds it into the Host line before it, and "Host " is a second Host to a lenient
+# server.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 Resolve = Callable[[str, int], Awaitable[Sequence[str]]]
 
@@ -243,14 +249,18 @@ def _literal(host: str) -> IPAddress | None:
 def _encode_request(
     method: str, target: _Target, headers: Mapping[str, str], body: bytes | None
 ) -> bytes:
+    if not _TOKEN.fullmatch(method):
+        raise ValueError(f"method {method[:40]!r} is not a valid HTTP token")
     lines = [f"{method} {target.path} HTTP/1.1", f"host: {target.host_header}"]
     if target.authorization is not None and "authorization" not in {h.lower() for h in headers}:
         lines.append(f"authorization: {target.authorization}")
     for name, value in headers.items():
         if name.lower() in _OWN_HEADERS:
             continue
-        if any(c in name or c in value for c in _FORBIDDEN_IN_HEADERS) or ":" in name:
-            raise ValueError(f"header {name!r}: names and values may not contain CR, LF or NUL")
+        if not _TOKEN.fullmatch(name):
+            raise ValueError(f"header name {name[:60]!r} is not a valid HTTP token")
+        if any(c in value for c in _FORBIDDEN_IN_HEADERS):
+            raise ValueError(f"header {name!r}: values may not contain CR, LF or NUL")
         lines.append(f"{name}: {value}")
     if body is not None or method in ("POST", "PUT", "PATCH"):
         lines.append(f"content-length: {len(body or b'')}")
