@@ -1,7 +1,9 @@
 """Standard Webhooks signatures (https://www.standardwebhooks.com) for tickwork's requests.
 
-Public: receivers use `verify` to check that a request came from their tickwork and is fresh;
-tickwork's executor uses `sign` / `signature_headers` to produce the headers.
+Public: receivers use `verify` to check that a request came from their tickwork and is fresh,
+then `FenceGuard` / `AsyncFenceGuard` (from `tickwork.fence_guard`) to apply each occurrence
+once and refuse superseded leases; tickwork's executor uses `sign` / `signature_headers` and
+`fenced_id` to produce the headers.
 
 What is signed is exactly what the standard signs: `{webhook-id}.{webhook-timestamp}.{body}`
 with HMAC-SHA256, sent as `webhook-signature: v1,<base64>`; several signatures are separated by
@@ -15,6 +17,7 @@ Exceptions:
 TickworkError
  +-- WebhookVerificationError   the request is not authentic or not fresh; `reason` says why
 ValueError                      a configuration mistake: a malformed secret, no secrets at all
+ +-- UnfencedDeliveryError     a FenceGuard was given a delivery whose id carries no fence
 TypeError                       a call mistake: `body` that is not the raw body (None, a dict
                                 parsed from JSON), secrets as one string
 """
