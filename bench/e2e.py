@@ -8,7 +8,7 @@ its own process (`bench/receiver.py`):
 - burst: N one-shot jobs (`{"at": T}`) all due at the same instant T, created in advance
   directly through the store's `JobService` (before the processes start, so the scheduler is
   not woken by N notifications). Measured: T until the last webhook arrives, fires/s, receiver
-  lateness (arrival - scheduled), missing/duplicate occurrences (by `webhook-id`), commits per
+  lateness (arrival - scheduled), missing/duplicate occurrences (by `idempotency-key`), commits per
   fire (`pg_stat_database`), statements per fire (each process counts what it sends, see
   `bench/counted.py`), CPU per process.
 - task burst: the same burst with a Python no-op task as the target (`bench.noop_task`, the

@@ -30,7 +30,7 @@ from tickwork.worker.executors.ssrf import AddressPolicy
 HEADERS = {
     "user-agent": "tickwork/0.1",
     "idempotency-key": "0192f3c1:1772366400000",
-    "webhook-id": "0192f3c1:1772366400000",
+    "webhook-id": "0192f3c1:1772366400000@f41",
     "tickwork-job-id": "0192f3c1",
     "tickwork-scheduled-for": "2026-03-01T12:00:00.000Z",
     "tickwork-attempt": "1",

@@ -4,8 +4,9 @@
 
 Listens on 127.0.0.1 (a free port), prints `ready <port>` when it accepts connections, answers
 every request 200 at once, and remembers (arrival time, `tickwork-scheduled-for` header, key)
-per request; the key is the `webhook-id` header (the occurrence's key; `idempotency-key` carries
-the same). `GET /__count` answers the number of requests remembered so far (and is not one of
+per request; the key is the `idempotency-key` header (the occurrence's key; `webhook-id`, which
+also carries the lease's fence, only when it is absent). `GET /__count` answers the number of
+requests remembered so far (and is not one of
 them). On SIGTERM or SIGINT it writes them to FILE as JSON and exits.
 
 It is a bare asyncio protocol around httptools' C parser rather than an aiohttp app: the
@@ -30,7 +31,7 @@ COUNT_PATH = "/__count"
 Arrival = tuple[float, str, str]  # (epoch seconds, scheduled-for header, idempotency key)
 
 _SCHEDULED_FOR = b"tickwork-scheduled-for"
-_KEYS = (b"webhook-id", b"idempotency-key")
+_KEYS = (b"idempotency-key", b"webhook-id")
 _OK_EMPTY = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
 _BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 

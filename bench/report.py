@@ -502,7 +502,7 @@ def _e2e(section: dict[str, Any]) -> list[str]:
         "INSERT per job; much faster than the API and done before the processes start so the "
         "scheduler is not woken N times). **time to last** = arrival of the last webhook - T; "
         "**fires/s** = occurrences received / that time; **lateness** = arrival at the "
-        "receiver - `tickwork-scheduled-for`; missing/dup by the `webhook-id` header. "
+        "receiver - `tickwork-scheduled-for`; missing/dup by the `idempotency-key` header. "
         "**commits per fire** = `xact_commit` delta of the case's database from after the "
         "job creation until the processes stopped (includes their start-up, idle polling "
         "and shutdown) / N. **statements per fire** = statements the scheduler and the "

@@ -6,8 +6,9 @@ Prints `ready <port>` once it accepts connections. Every POST is checked against
 Webhooks signature (written here from the specification, not with tickwork's helper, so a bug
 there cannot hide itself) and appended to FILE as one JSON line:
 
-    {"k": webhook-id, "t": arrival epoch µs, "f": tickwork-fence, "a": tickwork-attempt,
-     "s": tickwork-scheduled-for, "ok": signature valid}
+    {"k": idempotency-key (the occurrence; webhook-id when absent), "t": arrival epoch µs,
+     "f": tickwork-fence, "a": tickwork-attempt, "s": tickwork-scheduled-for,
+     "ok": signature valid}
 
 The answer (200) is sent only after the line is on disk: lines are group-committed, one
 fsync per batch, so a 200 that tickwork records as a success is never missing from the file.
@@ -90,7 +91,8 @@ def make_app(log: GroupCommitLog, secret: str) -> web.Application:
         body = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
         record = {
-            "k": headers.get("webhook-id", ""),
+            # Not webhook-id: that one also carries the lease's fence (`<key>@f<fence>`).
+            "k": headers.get("idempotency-key") or headers.get("webhook-id", ""),
             "t": arrival_us,
             "f": int(headers.get("tickwork-fence", "0") or 0),
             "a": int(headers.get("tickwork-attempt", "0") or 0),

@@ -26,7 +26,7 @@ AFTER_PG_CRASH_EXTRA_MS = 5000.0
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    key: str  # webhook-id: "<job id>:<scheduled epoch ms>"
+    key: str  # idempotency-key: "<job id>:<scheduled epoch ms>"
     arrival_us: int
     fence: int
     attempt: int

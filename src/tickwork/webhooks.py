@@ -1,19 +1,23 @@
 """Standard Webhooks signatures (https://www.standardwebhooks.com) for tickwork's requests.
 
-Public: receivers use `verify` to check that a request came from their tickwork and is fresh;
-tickwork's executor uses `sign` / `signature_headers` to produce the headers.
+Public: receivers use `verify` to check that a request came from their tickwork and is fresh,
+then `FenceGuard` / `AsyncFenceGuard` (from `tickwork.fence_guard`) to apply each occurrence
+once and refuse superseded leases; tickwork's executor uses `sign` / `signature_headers` and
+`fenced_id` to produce the headers.
 
 What is signed is exactly what the standard signs: `{webhook-id}.{webhook-timestamp}.{body}`
 with HMAC-SHA256, sent as `webhook-signature: v1,<base64>`; several signatures are separated by
 spaces so a secret can be rotated without downtime (sign with old and new, verify with either).
 The `tickwork-*` headers (job id, scheduled instant, attempt, fence) are NOT covered by the
-signature; `verify` parses them for convenience.
+signature; `verify` parses them for convenience. The fence that matters is the one inside the
+signed `webhook-id` (`<occurrence key>@f<fence>`, see `fenced_id`); `FenceGuard` uses only that.
 
 Exceptions:
 
 TickworkError
  +-- WebhookVerificationError   the request is not authentic or not fresh; `reason` says why
 ValueError                      a configuration mistake: a malformed secret, no secrets at all
+ +-- UnfencedDeliveryError     a FenceGuard was given a delivery whose id carries no fence
 TypeError                       a call mistake: `body` that is not the raw body (None, a dict
                                 parsed from JSON), secrets as one string
 """
@@ -32,16 +36,38 @@ from secrets import token_bytes
 from typing import Protocol
 
 from tickwork.errors import TickworkError
+from tickwork.fence_guard import (
+    AiosqliteFenceStore,
+    AsyncFenceGuard,
+    AsyncMemoryFenceStore,
+    AsyncpgFenceStore,
+    Decision,
+    FenceGuard,
+    MemoryFenceStore,
+    SqliteFenceStore,
+    UnfencedDeliveryError,
+)
 
 __all__ = [
     "DEFAULT_TOLERANCE_S",
+    "AiosqliteFenceStore",
+    "AsyncFenceGuard",
+    "AsyncMemoryFenceStore",
+    "AsyncpgFenceStore",
+    "Decision",
+    "FenceGuard",
+    "MemoryFenceStore",
     "MemorySeenKeys",
     "SeenKeys",
+    "SqliteFenceStore",
+    "UnfencedDeliveryError",
     "Verified",
     "WebhookVerificationError",
+    "fenced_id",
     "fingerprint",
     "generate_secret",
     "parse_secret",
+    "parse_webhook_id",
     "sign",
     "signature_headers",
     "verify",
@@ -57,6 +83,13 @@ SIGNATURE_VERSION = "v1"
 ID_HEADER = "webhook-id"
 TIMESTAMP_HEADER = "webhook-timestamp"
 SIGNATURE_HEADER = "webhook-signature"
+FENCE_HEADER = "tickwork-fence"
+
+# Between the occurrence key and the fence in a webhook-id. An occurrence key is
+# `<job id>:<epoch ms>[:manual]` (job ids are 32 hex digits) and never contains '@', so the last
+# '@f' in an id always starts the fence, whatever the key looks like.
+FENCE_SEPARATOR = "@f"
+MAX_FENCE_DIGITS = 19  # fences are BIGINTs: at most 19 digits
 
 
 class WebhookVerificationError(TickworkError):
@@ -113,15 +146,48 @@ class MemorySeenKeys:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Verified:
-    """A request that passed `verify`. Only msg_id, timestamp and the body are signed."""
+    """A request that passed `verify`. Only msg_id, timestamp and the body are signed, so
+    `occurrence` and `fence` (parsed from msg_id) are authentic; the other fields are not."""
 
-    msg_id: str  # webhook-id: the same for every attempt of one occurrence
+    msg_id: str  # webhook-id: `<occurrence>@f<fence>`, new whenever a new lease sends it
+    occurrence: str  # msg_id without its fence: the same for every attempt of one occurrence
+    fence: int | None  # from the signed msg_id; None when it carries none (an alert, old sender)
     timestamp: int  # webhook-timestamp, Unix seconds, new for every attempt
     job_id: str | None  # tickwork-job-id
     scheduled_for: datetime | None  # tickwork-scheduled-for, the occurrence's nominal instant
     attempt: int | None  # tickwork-attempt, from 1
-    fence: int | None  # tickwork-fence: a larger value supersedes a smaller one
-    duplicate: bool  # `seen` already had msg_id (False when no `seen` was given)
+    duplicate: bool  # `seen` already had the occurrence (False when no `seen` was given)
+
+
+def fenced_id(key: str, fence: int) -> str:
+    """The `webhook-id` tickwork sends: the occurrence key, '@f', then the lease's fence token.
+
+    Signing the fence inside the id is what makes it trustworthy: the standard signs only the
+    id, the timestamp and the body.
+    """
+    if fence < 0:
+        raise ValueError(f"fence: must be >= 0, got {fence}")
+    return f"{key}{FENCE_SEPARATOR}{fence}"
+
+
+def parse_webhook_id(msg_id: str) -> tuple[str, int | None]:
+    """Split a `webhook-id` into (occurrence, fence); fence is None when the id carries none.
+
+    An id without a well-formed `@f<digits>` tail (a dead-letter alert's, a tickwork older than
+    the fenced ids, another sender's) is an occurrence of its own with no fence.
+    """
+    if not isinstance(msg_id, str):
+        raise TypeError(f"msg_id: pass the webhook-id header as str, not {type(msg_id).__name__}")
+    occurrence, separator, digits = msg_id.rpartition(FENCE_SEPARATOR)
+    if (
+        separator
+        and occurrence
+        and digits.isascii()
+        and digits.isdigit()
+        and len(digits) <= MAX_FENCE_DIGITS
+    ):
+        return occurrence, int(digits)
+    return msg_id, None
 
 
 def generate_secret() -> str:
@@ -200,8 +266,10 @@ def verify(
     included, is a TypeError saying so; parse the JSON only after `verify` returned. `headers`
     may have str or bytes names and values (bytes as in ASGI, read as Latin-1). `now` defaults
     to the system clock (this helper runs in the user's receiver; tickwork's own code passes an
-    instant from its Clock). `seen` is consulted only after the signature checked out, so
-    forged requests cannot fill it.
+    instant from its Clock). `seen` records the occurrence (every attempt of one occurrence is
+    a duplicate of the first), and only after the signature checked out, so forged requests
+    cannot fill it. A `tickwork-fence` header that disagrees with the fence signed in the id
+    was altered on the way: that is a verification failure.
     """
     raw = _raw_body(body)
     keys = _keys(secrets)
@@ -217,15 +285,28 @@ def verify(
     except UnicodeEncodeError:
         raise WebhookVerificationError(f"{ID_HEADER} is not valid text") from None
     _check_signatures(signatures, keys, content)
+    occurrence, fence = parse_webhook_id(msg_id)
+    _check_fence_header(_optional_int(fields, FENCE_HEADER), fence)
     return Verified(
         msg_id=msg_id,
+        occurrence=occurrence,
+        fence=fence,
         timestamp=timestamp,
         job_id=fields.get("tickwork-job-id"),
         scheduled_for=_optional_instant(fields, "tickwork-scheduled-for"),
         attempt=_optional_int(fields, "tickwork-attempt"),
-        fence=_optional_int(fields, "tickwork-fence"),
-        duplicate=seen is not None and not seen.add(msg_id),
+        duplicate=seen is not None and not seen.add(occurrence),
     )
+
+
+def _check_fence_header(header: int | None, signed: int | None) -> None:
+    # Without a signed fence (an old sender) the header is not trusted at all: Verified.fence
+    # stays None, so a forged header can neither raise nor lower what a FenceGuard compares.
+    if header is not None and signed is not None and header != signed:
+        raise WebhookVerificationError(
+            f"{FENCE_HEADER} is {header} but the signed {ID_HEADER} carries fence {signed}"
+            " (the unsigned header was altered)"
+        )
 
 
 def _raw_body(body: object) -> bytes:

@@ -122,7 +122,9 @@ async def test_an_orphaned_fire_is_recovered_and_run_once(
         assert (await leaser.run_once()).started == 0
     [hit] = receiver.for_path("/ok")
     assert hit.headers["tickwork-attempt"] == "2"
-    assert hit.headers["webhook-id"] == lost.key
+    assert hit.headers["idempotency-key"] == lost.key
+    # The rescuer's lease is a new one: its fence is signed into the id, and repeated unsigned.
+    assert hit.headers["webhook-id"] == f"{lost.key}@f{lost.fence_token + 1}"
     assert int(hit.headers["tickwork-fence"]) == lost.fence_token + 1
     [run] = await store.list_runs(job.id)
     assert (run.status, run.attempt) == (RunStatus.SUCCEEDED, 2)
@@ -178,7 +180,9 @@ async def test_signed_requests_verify_with_the_receiver_helper(
         await executor.drain()
     [hit] = receiver.for_path("/ok")
     verified = verify(headers=hit.headers, body=hit.body, secrets=[old])  # rotation: old works
-    assert verified.msg_id == hit.key
+    assert verified.msg_id == hit.headers["webhook-id"]
+    assert verified.occurrence == hit.key == hit.headers["idempotency-key"]
+    assert verified.fence == int(hit.headers["tickwork-fence"])
     assert verified.duplicate is False
     with pytest.raises(Exception, match="signature"):
         verify(headers=hit.headers, body=hit.body + b"x", secrets=[new])

@@ -90,11 +90,16 @@ async def test_a_500_then_200_is_retried_once_and_succeeds(
     hits = receiver.for_path("/flaky")
     assert [h.headers["tickwork-attempt"] for h in hits] == ["1", "2"]
     assert len({h.key for h in hits}) == 1  # one occurrence, one idempotency key
+    assert len({h.headers["idempotency-key"] for h in hits}) == 1
     attempts = await store.list_attempts(run_id)
     assert [(a.status, a.http_status) for a in attempts] == [
         (RunStatus.PENDING, 500),
         (RunStatus.SUCCEEDED, 200),
     ]
+    # Every attempt is a new lease: its fence, signed into webhook-id, is the attempt's.
+    assert [h.fence for h in hits] == [a.fence_token for a in attempts]
+    assert hits[0].fence is not None
+    assert hits[1].fence == hits[0].fence + 1
     assert attempts[1].started_at >= attempts[0].finished_at
 
 

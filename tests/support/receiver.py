@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
+from tickwork.webhooks import parse_webhook_id
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Delivery:
@@ -21,7 +23,15 @@ class Delivery:
 
     @property
     def key(self) -> str:
-        return self.headers["webhook-id"]
+        """The occurrence: `webhook-id` without the lease's fence (the same on every attempt)."""
+        occurrence, _ = parse_webhook_id(self.headers["webhook-id"])
+        return occurrence
+
+    @property
+    def fence(self) -> int | None:
+        """The fence signed into `webhook-id` (None for alerts and task deliveries)."""
+        _, fence = parse_webhook_id(self.headers["webhook-id"])
+        return fence
 
     @property
     def scheduled_for(self) -> datetime:
@@ -50,11 +60,8 @@ class Receiver:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
         return self
 
     async def stop(self) -> None:

@@ -16,8 +16,10 @@ from tickwork.webhooks import (
     MemorySeenKeys,
     Verified,
     WebhookVerificationError,
+    fenced_id,
     generate_secret,
     parse_secret,
+    parse_webhook_id,
     sign,
     signature_headers,
     verify,
@@ -34,7 +36,8 @@ OLD = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 NEW = "whsec_" + base64.b64encode(bytes(range(100, 132))).decode()
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TS = int(NOW.timestamp())
-MSG_ID = "job-7:1772366400000"
+OCCURRENCE = "job-7:1772366400000"
+MSG_ID = f"{OCCURRENCE}@f41"  # what tickwork sends: the occurrence key and the lease's fence
 BODY = b'{"report": "daily"}'
 
 
@@ -42,12 +45,13 @@ def request(
     *, secrets: list[str] | None = None, ts: int = TS, msg_id: str = MSG_ID, body: bytes = BODY
 ) -> dict[str, str]:
     headers = signature_headers(msg_id=msg_id, timestamp=ts, body=body, secrets=secrets or [OLD])
+    _, fence = parse_webhook_id(msg_id)
     return {
         **headers,
         "tickwork-job-id": "job-7",
         "tickwork-scheduled-for": "2026-03-01T12:00:00Z",
         "tickwork-attempt": "2",
-        "tickwork-fence": "41",
+        **({"tickwork-fence": str(fence)} if fence is not None else {}),
     }
 
 
@@ -137,6 +141,7 @@ def test_sign_rejects_bad_secret_lists(
 def test_verify_returns_the_request_identity() -> None:
     assert check(request()) == Verified(
         msg_id=MSG_ID,
+        occurrence=OCCURRENCE,
         timestamp=TS,
         job_id="job-7",
         scheduled_for=datetime(2026, 3, 1, 12, 0, tzinfo=UTC),
@@ -191,6 +196,70 @@ def test_unknown_signature_versions_are_skipped() -> None:
 def test_sign_then_verify_round_trips(body: bytes, msg_id: str) -> None:
     headers = signature_headers(msg_id=msg_id, timestamp=TS, body=body, secrets=[OLD])
     assert verify(headers=headers, body=body, secrets=[OLD], now=NOW).msg_id == msg_id
+
+
+# -- the fence in the signed id ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("msg_id", "parsed"),
+    [
+        ("0192f3c1:1772366400000@f41", ("0192f3c1:1772366400000", 41)),
+        ("0192f3c1:1772366400000:manual@f0", ("0192f3c1:1772366400000:manual", 0)),
+        ("0192f3c1:1772366400000:dead_letter", ("0192f3c1:1772366400000:dead_letter", None)),
+        ("0192f3c1:1772366400000", ("0192f3c1:1772366400000", None)),  # an older sender
+        ("a@fb@f7", ("a@fb", 7)),  # the last separator starts the fence
+        ("k@f", ("k@f", None)),
+        ("k@f-1", ("k@f-1", None)),
+        ("k@f4.5", ("k@f4.5", None)),
+        ("k@f\u0661\u0662", ("k@f\u0661\u0662", None)),  # Arabic-Indic digits: no fence
+        ("@f5", ("@f5", None)),  # no occurrence before it
+        ("k@f" + "9" * 20, ("k@f" + "9" * 20, None)),  # more than a BIGINT
+        ("msg_p5jXN8AQM9LWM0D4loKWxJek", ("msg_p5jXN8AQM9LWM0D4loKWxJek", None)),
+    ],
+)
+def test_parse_webhook_id(msg_id: str, parsed: tuple[str, int | None]) -> None:
+    assert parse_webhook_id(msg_id) == parsed
+
+
+def test_parse_webhook_id_wants_text() -> None:
+    with pytest.raises(TypeError, match="msg_id: pass the webhook-id header as str"):
+        parse_webhook_id(b"k@f1")  # type: ignore[arg-type]
+
+
+@given(
+    key=st.text(min_size=1, max_size=40).filter(lambda k: "@" not in k),
+    fence=st.integers(min_value=0, max_value=2**63 - 1),
+)
+def test_fenced_id_round_trips(key: str, fence: int) -> None:
+    assert parse_webhook_id(fenced_id(key, fence)) == (key, fence)
+
+
+def test_fenced_id_refuses_a_negative_fence() -> None:
+    with pytest.raises(ValueError, match="fence: must be >= 0"):
+        fenced_id("k:1", -1)
+
+
+def test_the_fence_comes_from_the_signed_id() -> None:
+    got = check(request(msg_id=f"{OCCURRENCE}@f7"))
+    assert (got.occurrence, got.fence) == (OCCURRENCE, 7)
+
+
+@pytest.mark.parametrize("forged", ["40", "42", "0", "999999"])
+def test_a_fence_header_that_disagrees_with_the_signed_id_is_rejected(forged: str) -> None:
+    headers = request()
+    headers["tickwork-fence"] = forged
+    reason = rejected(headers)
+    assert f"tickwork-fence is {int(forged)} but the signed webhook-id carries fence 41" in reason
+
+
+def test_without_a_signed_fence_the_header_is_not_trusted() -> None:
+    # An older sender (or a forger replaying its request) puts a fence in the unsigned header
+    # only: it must not become the fence a guard compares.
+    headers = request(msg_id=OCCURRENCE)
+    headers["tickwork-fence"] = "99"
+    got = check(headers)
+    assert (got.msg_id, got.occurrence, got.fence) == (OCCURRENCE, OCCURRENCE, None)
 
 
 # -- verification: rejections -------------------------------------------------------------------
@@ -307,12 +376,17 @@ def test_configuration_mistakes_are_value_errors_not_rejections() -> None:
 # -- duplicates ---------------------------------------------------------------------------------
 
 
-def test_duplicate_detection_on_webhook_id() -> None:
+def test_duplicate_detection_on_the_occurrence() -> None:
     seen = MemorySeenKeys()
     first = verify(headers=request(), body=BODY, secrets=[OLD], now=NOW, seen=seen)
-    # A retry of the same occurrence: new timestamp, same id.
-    retry = verify(headers=request(ts=TS + 60), body=BODY, secrets=[OLD], now=NOW, seen=seen)
-    other = verify(headers=request(msg_id="job-7:1"), body=BODY, secrets=[OLD], now=NOW, seen=seen)
+    # A retry of the same occurrence: new timestamp, new lease (fence), same occurrence.
+    retry_id = f"{OCCURRENCE}@f42"
+    retry = verify(
+        headers=request(ts=TS + 60, msg_id=retry_id), body=BODY, secrets=[OLD], now=NOW, seen=seen
+    )
+    other = verify(
+        headers=request(msg_id="job-7:1@f41"), body=BODY, secrets=[OLD], now=NOW, seen=seen
+    )
     assert (first.duplicate, retry.duplicate, other.duplicate) == (False, True, False)
 
 
@@ -320,14 +394,14 @@ def test_forged_requests_do_not_enter_seen() -> None:
     seen = MemorySeenKeys()
     with pytest.raises(WebhookVerificationError):
         verify(headers=request(), body=b"forged", secrets=[OLD], now=NOW, seen=seen)
-    assert MSG_ID not in seen
+    assert OCCURRENCE not in seen
     assert not verify(headers=request(), body=BODY, secrets=[OLD], now=NOW, seen=seen).duplicate
 
 
 def test_discard_lets_a_retry_through_after_failed_processing() -> None:
     seen = MemorySeenKeys()
     verify(headers=request(), body=BODY, secrets=[OLD], now=NOW, seen=seen)
-    seen.discard(MSG_ID)
+    seen.discard(OCCURRENCE)
     assert not verify(headers=request(), body=BODY, secrets=[OLD], now=NOW, seen=seen).duplicate
 
 

@@ -53,13 +53,14 @@ class Runner(Protocol):
       same bug. A cancel (shutdown) is not caught: it propagates.
     * Every attempt of one occurrence carries the same idempotency key, `fire.key` (derived
       from the job and its scheduled instant). A runner hands it to the target (webhooks: the
-      `idempotency-key` and `webhook-id` headers; tasks: `ctx.key`), because an attempt can
-      run twice: a worker that dies after the effect but before its outcome is written leaves
-      the run to be leased and run again.
+      `idempotency-key` header and the start of `webhook-id`; tasks: `ctx.key`), because an
+      attempt can run twice: a worker that dies after the effect but before its outcome is
+      written leaves the run to be leased and run again.
     * `fire.fence_token` names this attempt's lease. Every store write for the attempt (the
       outcome, a heartbeat) is checked against it, so a superseded attempt cannot overwrite a
-      newer one; a runner that writes to the store passes it on, and a webhook carries it as
-      `tickwork-fence` for receivers that want to reject a superseded write.
+      newer one; a runner that writes to the store passes it on, and a webhook carries it in
+      its signed `webhook-id` (`<key>@f<fence>`) for receivers that want to reject a
+      superseded write (`tickwork.webhooks.FenceGuard`).
     * The runner enforces the target's own timeout (`timeout_s` of the job's target) and
       reports an overrun as a retryable failure; the executor sets no deadline of its own.
     * Long attempts keep their lease through the store: the executor extends the lease of

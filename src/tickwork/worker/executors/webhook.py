@@ -1,10 +1,12 @@
 """Webhook execution: one HTTP request per attempt, carrying the occurrence's identity.
 
-Every attempt of one occurrence sends the same `idempotency-key` / `webhook-id` (derived from
-job id + scheduled instant), so a receiver can drop duplicates; `tickwork-fence` lets it reject
-a write from a superseded attempt. Requests are signed the Standard Webhooks way
-(`tickwork.webhooks.verify` checks it on the receiving side) with the job's secrets, else its
-tenant's (both carried by the fire), else this process's, else not at all.
+Every attempt of one occurrence sends the same `idempotency-key` (derived from job id +
+scheduled instant), so a receiver can drop duplicates; the signed `webhook-id` is that key plus
+the lease's fence (`<key>@f<fence>`), so a receiver can also refuse a superseded lease's request
+(`tickwork.webhooks.FenceGuard`); `tickwork-fence` repeats the fence, unsigned. Requests are
+signed the Standard Webhooks way (`tickwork.webhooks.verify` checks it on the receiving side)
+with the job's secrets, else its tenant's (both carried by the fire), else this process's, else
+not at all.
 
 Requests go out through `http1.Http1Client` (pooled keep-alive connections; ADR 0010 says
 why not aiohttp's client). Every connection goes through the SSRF guard (`ssrf.py`): loopback,
@@ -22,7 +24,7 @@ from tickwork.domain.jobs import WebhookTarget
 from tickwork.domain.retry import classify_http, http_succeeded, parse_retry_after
 from tickwork.domain.runs import Fire
 from tickwork.domain.signing import SigningSource, resolve_secrets
-from tickwork.webhooks import sign
+from tickwork.webhooks import fenced_id, sign
 from tickwork.worker.base import ERROR_EXCERPT_CHARS, Attempt
 from tickwork.worker.executors.http1 import Http1Client, Resolve
 from tickwork.worker.executors.ssrf import AddressPolicy, EgressRefused
@@ -34,7 +36,7 @@ def fire_headers(fire: Fire) -> dict[str, str]:
     return {
         "user-agent": USER_AGENT,
         "idempotency-key": fire.key,
-        "webhook-id": fire.key,
+        "webhook-id": fenced_id(fire.key, fire.fence_token),
         "tickwork-job-id": fire.job_id,
         "tickwork-scheduled-for": utc_iso(fire.scheduled_for),
         "tickwork-attempt": str(fire.attempt),
@@ -92,6 +94,7 @@ class WebhookRunner:
         if not isinstance(target, WebhookTarget):
             raise TypeError("WebhookRunner runs webhook targets only")
         headers = {**target.headers, **fire_headers(fire)}
+        msg_id = headers["webhook-id"]
         data: bytes | None = None
         if target.body is not None:
             data = json.dumps(target.body).encode()
@@ -102,7 +105,7 @@ class WebhookRunner:
             target.url,
             headers=headers,
             data=data,
-            msg_id=fire.key,
+            msg_id=msg_id,
             secrets=secrets,
             timeout_s=target.timeout_s,
         )
