@@ -22,7 +22,7 @@ from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revi
 from tickwork.store.postgres import PostgresStore
 from tickwork.testing import ThrowawayPostgres, free_port
 
-HEAD = "0007"  # the newest migration; bump it with every new revision
+HEAD = "0008"  # the newest migration; bump it with every new revision
 SCHEMA_TABLES = {
     "tw_jobs",
     "tw_runs",
