@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from yarl import URL
+
 MAX_PATTERNS: Final = 100  # per list
 MAX_PATTERN_CHARS: Final = 253  # the longest DNS name
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")  # LDH labels; IDNs as their xn-- form
@@ -33,7 +35,13 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class BadPattern(ValueError):
-    """A host pattern that is not one of the accepted forms; the message says which to use."""
+    """A host pattern that is not one of the accepted forms; the message says which to use.
+    `where` names the list and index (`allow[2]`) when a whole list was parsed."""
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        super().__init__(message if where is None else f"{where}: {message}")
+        self.where = where
+        self.detail = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +86,11 @@ def _parse_list(name: str, patterns: Iterable[str]) -> tuple[str, ...]:
         try:
             pattern = parse_pattern(text)
         except BadPattern as exc:
-            raise BadPattern(f"{name}[{index}]: {exc}") from None
+            raise BadPattern(exc.detail, where=f"{name}[{index}]") from None
         if pattern not in kept:
             kept.append(pattern)
     if len(kept) > MAX_PATTERNS:
-        raise BadPattern(f"{name}: at most {MAX_PATTERNS} patterns (got {len(kept)})")
+        raise BadPattern(f"at most {MAX_PATTERNS} patterns (got {len(kept)})", where=name)
     return tuple(kept)
 
 
@@ -156,6 +164,20 @@ def _address(host: str) -> IPAddress | None:
         return ipaddress.ip_address(host)
     except ValueError:
         return None
+
+
+def url_host(url: str) -> str:
+    """The host of a URL as the lists judge it ('' when it has none)."""
+    try:
+        return normalise_host(URL(url).raw_host or "")
+    except ValueError:
+        return ""
+
+
+def tenant_refusal(tenant: str, rules: EgressRules, url: str) -> str | None:
+    """Why `tenant`'s lists refuse `url`, in words naming the tenant and its list; or None."""
+    reason = rules.refusal(url_host(url))
+    return None if reason is None else f"{reason} of tenant {tenant!r}"
 
 
 def rules_to_json(rules: EgressRules) -> dict[str, list[str]]:

@@ -44,6 +44,7 @@ from tickwork.worker.executors.target import TargetRunner
 from tickwork.worker.executors.task import TaskRunner
 from tickwork.worker.executors.webhook import WebhookRunner
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
+from tickwork.worker.tenant_lists import TenantLists
 
 from .access import bootstrap_admin_key, is_loopback_host, refuse_open_network_api
 from .factory import store_for_url
@@ -162,7 +163,7 @@ async def _serve_with(
         if roles & {Role.SCHEDULER, Role.WORKER}:
             services.append(gauge.run(stop))
         if Role.WORKER in roles:
-            webhooks = await stack.enter_async_context(_webhook_runner(settings, clock))
+            webhooks = await stack.enter_async_context(_webhook_runner(settings, clock, store))
             tasks = TaskRunner(DEFAULT_REGISTRY, store, clock, lease_ttl_ms=settings.lease_ttl_ms)
             runner = TargetRunner(webhooks, tasks)
             alerts = AlertSender(webhooks)  # same guarded session and signing as the jobs
@@ -274,12 +275,13 @@ def crash_if_asked(point: str) -> None:
         os._exit(137)
 
 
-def _webhook_runner(settings: Settings, clock: Clock) -> WebhookRunner:
+def _webhook_runner(settings: Settings, clock: Clock, store: ScheduleStore) -> WebhookRunner:
     return WebhookRunner(
         policy=AddressPolicy(allow=settings.webhook_allow),
         secrets=settings.webhook_secrets,
         clock=clock,
         max_connections=settings.executor_concurrency,
+        tenant_lists=TenantLists(store, clock),
     )
 
 

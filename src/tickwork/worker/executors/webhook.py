@@ -9,7 +9,9 @@ tenant's (both carried by the fire), else this process's, else not at all.
 Requests go out through `http1.Http1Client` (pooled keep-alive connections; ADR 0010 says
 why not aiohttp's client). Every connection goes through the SSRF guard (`ssrf.py`): loopback,
 private, link-local, metadata and other non-global addresses are refused unless the allow-list
-names them, and the address checked is the address connected to.
+names them, and the address checked is the address connected to. Before that, the job's
+tenant's destination lists (`worker/tenant_lists.py`) may refuse the URL: a refusal is final
+(not retried), its error names the tenant and the list.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tickwork.webhooks import sign
 from tickwork.worker.base import ERROR_EXCERPT_CHARS, Attempt
 from tickwork.worker.executors.http1 import Http1Client, Resolve
 from tickwork.worker.executors.ssrf import AddressPolicy, EgressRefused
+from tickwork.worker.tenant_lists import TenantLists
 
 USER_AGENT = "tickwork/0.1"
 
@@ -53,8 +56,11 @@ class WebhookRunner:
         clock: Clock | None = None,
         max_connections: int = 256,
         resolve: Resolve | None = None,
+        tenant_lists: TenantLists | None = None,
     ) -> None:
-        """`resolve` replaces the system's name lookup (tests check the guard with a stub)."""
+        """`resolve` replaces the system's name lookup (tests check the guard with a stub).
+        `tenant_lists`: the tenants' destination lists (None: no tenant has any)."""
+        self._tenant_lists = tenant_lists
         self._policy = policy or AddressPolicy()
         self._secrets = tuple(secrets)
         self._clock = clock or SystemClock()
@@ -85,10 +91,28 @@ class WebhookRunner:
             process=self._secrets,
         )
 
+    async def tenant_refusal(self, fire: Fire, url: str) -> Attempt | None:
+        """The failed attempt to record when the lists of `fire`'s tenant refuse `url`, or
+        None when they let it through."""
+        if self._tenant_lists is None:
+            return None
+        try:
+            reason = await self._tenant_lists.refusal(fire.job_id, url)
+        except Exception as exc:  # the store did not answer: the next attempt may find it
+            error = f"could not read the tenant's destination lists: {type(exc).__name__}: {exc}"
+            return Attempt(ok=False, error=error[:ERROR_EXCERPT_CHARS], retryable=True)
+        if reason is None:
+            return None
+        # The lists will refuse it again until an admin changes them: not retried.
+        return Attempt(ok=False, error=f"refused by the tenant's destination lists: {reason}")
+
     async def __call__(self, fire: Fire) -> Attempt:
         target = fire.target
         if not isinstance(target, WebhookTarget):
             raise TypeError("WebhookRunner runs webhook targets only")
+        refused = await self.tenant_refusal(fire, target.url)
+        if refused is not None:
+            return refused
         headers = {**target.headers, **fire_headers(fire)}
         data: bytes | None = None
         if target.body is not None:
