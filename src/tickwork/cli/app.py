@@ -36,6 +36,7 @@ __all__ = [
     "run",
     "runs_app",
     "stdout_console",
+    "tenant_egress_app",
     "tenant_secrets_app",
     "tenants_app",
 ]
@@ -65,7 +66,13 @@ tenant_secrets_app = typer.Typer(
 keys_app = typer.Typer(
     help="API keys, in the database (needs --db access, not a key).", no_args_is_help=True
 )
+tenant_egress_app = typer.Typer(
+    help="A tenant's destination lists: the hosts its webhooks may (allow) or may not (deny)"
+    " reach (an admin key changes them).",
+    no_args_is_help=True,
+)
 tenants_app.add_typer(tenant_secrets_app, name="secrets")
+tenants_app.add_typer(tenant_egress_app, name="egress")
 
 
 class Session:
