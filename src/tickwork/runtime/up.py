@@ -31,7 +31,7 @@ from tickwork.queue.base import Queue
 from tickwork.scheduler.partitions import KeeperConfig, PartitionKeeper
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.services.keys import KeyService
-from tickwork.settings import Settings, data_dir
+from tickwork.settings import Settings, data_dir, webhook_proxies
 from tickwork.store.base import ScheduleStore
 from tickwork.tasks import DEFAULT_REGISTRY, import_task_modules
 from tickwork.version import tickwork_version
@@ -282,6 +282,8 @@ def _webhook_runner(settings: Settings, clock: Clock, store: ScheduleStore) -> W
         clock=clock,
         max_connections=settings.executor_concurrency,
         tenant_lists=TenantLists(store, clock),
+        ca_bundle=settings.webhook_ca_bundle,
+        proxies=webhook_proxies(settings),
     )
 
 

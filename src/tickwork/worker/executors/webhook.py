@@ -7,9 +7,11 @@ a write from a superseded attempt. Requests are signed the Standard Webhooks way
 tenant's (both carried by the fire), else this process's, else not at all.
 
 Requests go out through `http1.Http1Client` (pooled keep-alive connections; ADR 0010 says
-why not aiohttp's client). Every connection goes through the SSRF guard (`ssrf.py`): loopback,
-private, link-local, metadata and other non-global addresses are refused unless the allow-list
-names them, and the address checked is the address connected to. Before that, the job's
+why not aiohttp's client), with verified TLS (plus an operator's CA bundle) and through the
+outbound proxy, if one is configured (`proxy.py`). Every connection goes through the SSRF
+guard (`ssrf.py`): loopback, private, link-local, metadata and other non-global addresses are
+refused unless the allow-list names them, and the address checked is the address connected
+to. Before that, the job's
 tenant's destination lists (`worker/tenant_lists.py`) may refuse the URL: a refusal is final
 (not retried), its error names the tenant and the list.
 """
@@ -17,6 +19,7 @@ tenant's destination lists (`worker/tenant_lists.py`) may refuse the URL: a refu
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping, Sequence
 
 from tickwork.clock import Clock, SystemClock, utc_iso
@@ -26,7 +29,8 @@ from tickwork.domain.runs import Fire
 from tickwork.domain.signing import SigningSource, resolve_secrets
 from tickwork.webhooks import sign
 from tickwork.worker.base import ERROR_EXCERPT_CHARS, Attempt
-from tickwork.worker.executors.http1 import Http1Client, Resolve
+from tickwork.worker.executors.http1 import Http1Client, ProxyFailed, Resolve
+from tickwork.worker.executors.proxy import ProxyRoutes
 from tickwork.worker.executors.ssrf import AddressPolicy, EgressRefused
 from tickwork.worker.tenant_lists import TenantLists
 
@@ -57,10 +61,16 @@ class WebhookRunner:
         max_connections: int = 256,
         resolve: Resolve | None = None,
         tenant_lists: TenantLists | None = None,
+        ca_bundle: str | None = None,
+        proxies: ProxyRoutes | None = None,
     ) -> None:
         """`resolve` replaces the system's name lookup (tests check the guard with a stub).
-        `tenant_lists`: the tenants' destination lists (None: no tenant has any)."""
+        `tenant_lists`: the tenants' destination lists (None: no tenant has any).
+        `ca_bundle`: a PEM file of CAs trusted besides the system's; `proxies`: the outbound
+        proxy of each target (default: none)."""
         self._tenant_lists = tenant_lists
+        self._ca_bundle = ca_bundle
+        self._proxies = proxies
         self._policy = policy or AddressPolicy()
         self._secrets = tuple(secrets)
         self._clock = clock or SystemClock()
@@ -74,6 +84,8 @@ class WebhookRunner:
             max_connections=self._max_connections,
             resolve=self._resolve,
             clock=self._clock,
+            ca_bundle=self._ca_bundle,
+            proxies=self._proxies,
         )
         return self
 
@@ -162,8 +174,20 @@ class WebhookRunner:
         except EgressRefused as refused:  # asking again would be refused again: not retryable
             hint = "allow it with TICKWORK_WEBHOOK_ALLOW if this target is intended"
             return Attempt(ok=False, error=f"refused by the SSRF guard: {refused}; {hint}")
+        except ssl.SSLCertVerificationError as exc:
+            # Caught before ValueError, which it also is. Not retried: a certificate is fixed by
+            # a person (renewed, or its CA added), not by asking again within seconds; the
+            # job's next occurrence tries anew.
+            error = (
+                f"TLS certificate verification failed: {exc.verify_message or exc}; if the"
+                " target's CA is private, add it with TICKWORK_WEBHOOK_CA_BUNDLE"
+            )
+            return Attempt(ok=False, error=error[:ERROR_EXCERPT_CHARS])
         except ValueError as exc:  # a header that cannot be sent: fix the job, not a retry
             return Attempt(ok=False, error=str(exc)[:ERROR_EXCERPT_CHARS])
+        except ProxyFailed as exc:
+            error = str(exc)[:ERROR_EXCERPT_CHARS]
+            return Attempt(ok=False, error=error, retryable=exc.retryable)
         except OSError as exc:
             error = f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT_CHARS]
             return Attempt(ok=False, error=error, retryable=True)
