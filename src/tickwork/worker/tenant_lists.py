@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from tickwork.clock import Clock
 from tickwork.domain.egress import EgressRules, tenant_refusal
@@ -30,6 +30,8 @@ __all__ = ["DEFAULT_TTL_S", "TenantLists", "TenantReads"]
 
 DEFAULT_TTL_S: Final = 1.5
 JOBS_KEPT: Final = 100_000  # job -> tenant entries before the cache starts afresh
+
+T = TypeVar("T")
 
 
 class TenantReads(Protocol):
@@ -50,7 +52,7 @@ class TenantLists:
         self._lists: dict[str, EgressRules] = {}
         self._lists_read_at: float | None = None
         self._tenants: dict[str, tuple[str, float]] = {}  # job id -> (tenant, read at)
-        self._pending: dict[str, asyncio.Future[object]] = {}  # reads in flight, by key
+        self._pending: dict[str, asyncio.Future[Any]] = {}  # reads in flight, by key
 
     async def refusal(self, job_id: str, url: str) -> str | None:
         """Why the lists of `job_id`'s tenant refuse `url` (naming the tenant and the list),
@@ -66,7 +68,6 @@ class TenantLists:
         now = self._clock.monotonic_s()
         if self._lists_read_at is None or now - self._lists_read_at >= self._ttl_s:
             tenants = await self._shared("lists", self._store.list_tenants)
-            assert isinstance(tenants, list)
             self._lists = {t.tenant: t.egress for t in tenants if not t.egress.empty}
             self._lists_read_at = now
         return self._lists
@@ -81,13 +82,12 @@ class TenantLists:
         except NotFound:
             self._tenants.pop(job_id, None)
             return None
-        assert isinstance(job, Job)
         if len(self._tenants) >= JOBS_KEPT:
             self._tenants.clear()
         self._tenants[job_id] = (job.tenant, now)
         return job.tenant
 
-    async def _shared(self, key: str, read: Callable[[], Awaitable[object]]) -> object:
+    async def _shared(self, key: str, read: Callable[[], Awaitable[T]]) -> T:
         """One read per key at a time: fires that need the same answer wait for it together."""
         pending = self._pending.get(key)
         if pending is not None:
@@ -97,7 +97,7 @@ class TenantLists:
                 if not pending.cancelled():
                     raise  # this fire was cancelled
                 return await read()  # the fire that was reading was cancelled, not this one
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
             result = await read()
