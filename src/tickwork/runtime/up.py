@@ -153,6 +153,8 @@ async def _serve_with(
         keeper = _keeper(store, clock, settings, node_id, identity)
         await keeper.start()  # hold a share before serving; on SQLite, refuse a second one
     async with contextlib.AsyncExitStack() as stack:
+        # Made first: a malformed proxy setting stops the start before any service exists.
+        webhook_runner = _webhook_runner(settings, clock, store) if Role.WORKER in roles else None
         services: list[Coroutine[Any, Any, None]] = []
         executor = None
         queue = await _open_queue(stack, settings, roles)
@@ -162,8 +164,8 @@ async def _serve_with(
         )
         if roles & {Role.SCHEDULER, Role.WORKER}:
             services.append(gauge.run(stop))
-        if Role.WORKER in roles:
-            webhooks = await stack.enter_async_context(_webhook_runner(settings, clock, store))
+        if webhook_runner is not None:
+            webhooks = await stack.enter_async_context(webhook_runner)
             tasks = TaskRunner(DEFAULT_REGISTRY, store, clock, lease_ttl_ms=settings.lease_ttl_ms)
             runner = TargetRunner(webhooks, tasks)
             alerts = AlertSender(webhooks)  # same guarded session and signing as the jobs
