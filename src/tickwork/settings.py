@@ -6,10 +6,12 @@ Command-line flags override both (the CLI passes them as init arguments).
 from __future__ import annotations
 
 import ipaddress
+import os
+import ssl
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -18,6 +20,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from tickwork.errors import InvalidInput
+from tickwork.worker.executors.proxy import BadProxy, ProxyRoutes, routes_from
 from tickwork.worker.lease_timing import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_LEASE_TTL_MS,
@@ -88,6 +92,15 @@ class Settings(BaseSettings):
         default_factory=list,
         description="networks webhooks may reach despite the SSRF guard, e.g. 127.0.0.1/32",
     )
+    webhook_ca_bundle: str | None = Field(
+        None,
+        description="a PEM file of CA certificates webhooks trust besides the system's store",
+    )
+    webhook_proxy: SecretStr | None = Field(
+        None,
+        description="http://[user:pass@]host:port for every webhook, or `direct`; unset: the"
+        " HTTPS_PROXY / HTTP_PROXY / NO_PROXY environment",
+    )
     webhook_secrets: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="whsec_... signing secrets (two during a rotation); empty: unsigned",
@@ -121,6 +134,20 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"{text!r} is not an IP network; write e.g. 127.0.0.1/32"
                 ) from None
+        return value
+
+    @field_validator("webhook_ca_bundle")
+    @classmethod
+    def _ca_bundle(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        try:
+            ssl.create_default_context().load_verify_locations(cafile=value)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                f"cannot load {value!r} as PEM CA certificates ({exc}); give the path of a"
+                " readable file of -----BEGIN CERTIFICATE----- blocks"
+            ) from None
         return value
 
     @field_validator("webhook_secrets")
@@ -169,3 +196,15 @@ def sqlite_path(url: str) -> Path | None:
         if url.startswith(prefix):
             return Path(url[len(prefix) :])
     return None
+
+
+def webhook_proxies(settings: Settings) -> ProxyRoutes:
+    """The outbound proxy of each webhook target: the `webhook_proxy` setting, else the
+    process's HTTPS_PROXY / HTTP_PROXY / NO_PROXY (worker/executors/proxy.py). Raises
+    InvalidInput naming the setting or variable that is malformed (never its value: a proxy
+    URL may hold a password, which is why the setting is not checked with the others)."""
+    setting = settings.webhook_proxy
+    try:
+        return routes_from(None if setting is None else setting.get_secret_value(), os.environ)
+    except BadProxy as exc:
+        raise InvalidInput(exc.source, exc.detail) from None

@@ -30,6 +30,8 @@ SEMANTIC_CODES = frozenset(
         "unknown_tenant",  # the tenant must exist (a stateful run may have deleted `default`)
         "tenant_for_role",  # a key's tenant: required for the tenant roles, none for admin
         "expires_in_the_past",  # a key's expiry must be after now
+        "invalid_host_pattern",  # a tenant's destination list entry (domain/egress.py)
+        "tenant_egress_refused",  # a job URL outside its tenant's destination lists
     }
 )
 

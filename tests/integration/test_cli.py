@@ -546,6 +546,31 @@ def test_tenants_through_the_cli(cli: Any) -> None:
     assert (gone.code, "does not exist" in gone.err) == (2, True)
 
 
+def test_a_tenants_destination_lists_through_the_cli(cli: Any) -> None:
+    assert cli("tenants", "create", "cli-egress").code == 0
+    made = cli(
+        "tenants", "egress", "set", "cli-egress",
+        "--allow", "*.Example.com", "--allow", "api.partner.io", "--deny", "bad.example.com",
+        "--json",
+    )  # fmt: skip
+    assert made.code == 0, made.err
+    lists = {"allow": ["*.example.com", "api.partner.io"], "deny": ["bad.example.com"]}
+    assert made.json()["egress"] == lists
+    shown = cli("tenants", "egress", "show", "cli-egress")
+    assert shown.code == 0
+    assert "*.example.com" in shown.out
+    assert "bad.example.com" in shown.out
+    bad = cli("tenants", "egress", "set", "cli-egress", "--allow", "a.*.example.com")
+    assert bad.code == 2
+    assert "egress.allow[0]" in bad.err
+    assert "'*' may only start" in bad.err
+    nothing = cli("tenants", "egress", "set", "cli-egress")
+    assert (nothing.code, "--allow" in nothing.err) == (2, True)
+    cleared = cli("tenants", "egress", "clear", "cli-egress", "--json")
+    assert cleared.json()["egress"] == {"allow": [], "deny": []}
+    assert cli("tenants", "delete", "cli-egress").code == 0
+
+
 def test_keys_are_made_with_database_access_and_work_against_the_api(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,13 +16,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from tickwork.domain.egress import EgressRules, parse_rules
 from tickwork.errors import InvalidInput, StoreError
 from tickwork.settings import sqlite_path
 from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revision, upgrade
 from tickwork.store.postgres import PostgresStore
+from tickwork.store.sqlite import SqliteStore
 from tickwork.testing import ThrowawayPostgres, free_port
+from tickwork.webhooks import generate_secret
 
-HEAD = "0007"  # the newest migration; bump it with every new revision
+HEAD = "0008"  # the newest migration; bump it with every new revision
 SCHEMA_TABLES = {
     "tw_jobs",
     "tw_runs",
@@ -366,6 +369,46 @@ def assert_tenants_in_use(rows: list[tuple[object, ...]], started_us: int) -> No
         assert secrets is None, tenant
         assert created_us == updated_us
         assert started_us <= created_us <= time.time_ns() // 1000  # type: ignore[operator]
+
+
+# -- 0008: tenants' destination lists ----------------------------------------------------------
+
+
+async def test_0008_leaves_every_tenant_without_lists_and_keeps_its_settings(
+    sqlite_url: str, pg_dsn: str
+) -> None:
+    """A tenant from before 0008 reads back with no lists and its secrets, on both databases;
+    and lists can be set on it afterwards."""
+    secret = generate_secret()
+    for url in (sqlite_url, pg_dsn):
+        assert await upgrade(url, "0007") == "0007"
+        insert = (
+            "INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)"
+            " VALUES ('acme', $1, 5, 6)"
+        )
+        path = sqlite_path(url)
+        store: SqliteStore | PostgresStore
+        if path is not None:
+            store = SqliteStore(path)
+            with sqlite3.connect(path) as conn:
+                conn.execute(insert.replace("$1", "?"), (f'["{secret}"]',))
+        else:
+            store = PostgresStore(url)
+            conn_pg = await asyncpg.connect(url)
+            try:
+                await conn_pg.execute(insert, f'["{secret}"]')
+            finally:
+                await conn_pg.close()
+        assert await upgrade(url) == HEAD
+        await store.open()
+        try:
+            found = await store.get_tenant("acme")
+            assert found is not None
+            assert (found.webhook_secrets, found.egress) == ((secret,), EgressRules())
+            lists = parse_rules(["*.example.com"], [])
+            assert (await store.set_tenant_egress("acme", lists, now=found.updated_at)).egress
+        finally:
+            await store.close()
 
 
 # -- errors -------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,6 +53,7 @@ class Receiver:
     hold: dict[str, int] = field(default_factory=dict)  # path -> how many requests to hang
     _held: dict[str, list[asyncio.Event]] = field(default_factory=dict)
     port: int = 0
+    tls: ssl.SSLContext | None = None  # a server context: the receiver speaks https
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _runner: web.AppRunner | None = None
 
@@ -60,7 +62,7 @@ class Receiver:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls).start()
         self.port = self._runner.addresses[0][1]
         return self
 
@@ -68,8 +70,9 @@ class Receiver:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+    def url(self, path: str = "/hook", host: str = "127.0.0.1") -> str:
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{host}:{self.port}{path}"
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()

@@ -3,6 +3,9 @@
 Keys are an admin's business (every route here needs an admin key), except that a tenant key
 may read its own tenant (`GET /v1/tenants`, `GET /v1/tenants/{name}`). A key's secret appears
 once, in the answer to its creation; afterwards only its prefix identifies it.
+
+`PATCH /v1/tenants/{name}` is a partial update of a tenant's settings (today `egress`, its
+destination lists; more settings will join it): a field left out keeps its value.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from tickwork.api.routes import ERROR_RESPONSES
 from tickwork.api.schemas import Instant, InstantOut, documented
 from tickwork.clock import utc_iso
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.egress import MAX_PATTERN_CHARS, MAX_PATTERNS
 from tickwork.domain.keys import ApiKey, Role
 from tickwork.domain.tenants import Tenant
 from tickwork.services.keys import CreatedKey, KeyService
@@ -115,13 +119,54 @@ class TenantCreate(_Input):
     )
 
 
+_PATTERN_HELP = (
+    "host patterns: an exact host (api.partner.io), `*.example.com` for the names below a"
+    " domain, or an IP address or network (203.0.113.0/24) for URLs with a literal address"
+)
+
+
+class EgressIn(_Input):
+    allow: list[Annotated[str, Field(min_length=1, max_length=MAX_PATTERN_CHARS)]] = Field(
+        default_factory=list,
+        max_length=MAX_PATTERNS,
+        description=f"only these hosts (empty: any public host); {_PATTERN_HELP}",
+        examples=[["*.example.com", "api.partner.io"]],
+    )
+    deny: list[Annotated[str, Field(min_length=1, max_length=MAX_PATTERN_CHARS)]] = Field(
+        default_factory=list,
+        max_length=MAX_PATTERNS,
+        description=f"never these hosts (wins over allow); {_PATTERN_HELP}",
+        examples=[["internal.example.com"]],
+    )
+
+
+class EgressOut(_Output):
+    allow: list[str]
+    deny: list[str]
+
+
+class TenantPatch(_Input):
+    egress: EgressIn | None = Field(
+        None,
+        description="replaces the tenant's destination lists whole; null clears them; left out:"
+        " unchanged. They narrow what the SSRF guard permits, never widen it",
+    )
+
+
 class TenantOut(_Output):
     name: str
     created_at: InstantOut
+    updated_at: InstantOut
+    egress: EgressOut = Field(description="where the tenant's webhooks and alerts may go")
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantOut:
-        return cls(name=tenant.tenant, created_at=utc_iso(tenant.created_at))
+        return cls(
+            name=tenant.tenant,
+            created_at=utc_iso(tenant.created_at),
+            updated_at=utc_iso(tenant.updated_at),
+            egress=EgressOut(allow=list(tenant.egress.allow), deny=list(tenant.egress.deny)),
+        )
 
 
 class TenantCreated(TenantOut):
@@ -134,8 +179,7 @@ class TenantCreated(TenantOut):
     @classmethod
     def made(cls, tenant: Tenant, new: NewSecret) -> TenantCreated:
         return cls(
-            name=tenant.tenant,
-            created_at=utc_iso(tenant.created_at),
+            **TenantOut.of(tenant).model_dump(),
             webhook_secret=new.secret,
             fingerprints=list(new.signing.fingerprints),
         )
@@ -254,6 +298,21 @@ async def list_tenants(request: Request, who: Caller) -> TenantList:
 async def get_tenant(request: Request, who: Caller, name: TenantPath) -> TenantOut:
     visible_tenant(who, name)
     return TenantOut.of(await _tenants(request).get(name))
+
+
+@router.patch("/tenants/{name}", tags=["tenants"])
+async def update_tenant(
+    request: Request, who: Admin, name: TenantPath, body: TenantPatch
+) -> TenantOut:
+    """Change the tenant's settings given in the body (an admin key); the others stay.
+    `egress`: hosts its jobs' webhooks and alerts may (`allow`) or may not (`deny`) reach."""
+    noted(resource=f"tenant {name}", tenant=name)
+    tenants = _tenants(request)
+    if "egress" not in body.model_fields_set:
+        return TenantOut.of(await tenants.get(name))
+    egress = body.egress
+    allow, deny = (None, None) if egress is None else (egress.allow, egress.deny)
+    return TenantOut.of(await tenants.set_egress(name, allow, deny))
 
 
 @router.delete("/tenants/{name}", status_code=204, tags=["tenants"])

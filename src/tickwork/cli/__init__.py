@@ -5,7 +5,7 @@
     tickwork jobs <verb>            talk to a running API (create, list, get, pause, ...)
     tickwork runs show RUN_ID       one run with its attempts
     tickwork dlq <verb>             the dead-letter queue (list, show, redrive, purge)
-    tickwork tenants <verb>         tenants (create, list, show, delete) and their secrets
+    tickwork tenants <verb>         tenants (create, list, show, delete), secrets, egress lists
     tickwork keys <verb>            API keys, in the database (create, list, revoke)
     tickwork secrets <verb>         keys for secrets at rest (keygen, reencrypt)
     tickwork preview --cron EXPR    the next fire instants, computed locally

@@ -37,6 +37,7 @@ __all__ = [
     "runs_app",
     "secrets_app",
     "stdout_console",
+    "tenant_egress_app",
     "tenant_secrets_app",
     "tenants_app",
 ]
@@ -66,10 +67,16 @@ tenant_secrets_app = typer.Typer(
 keys_app = typer.Typer(
     help="API keys, in the database (needs --db access, not a key).", no_args_is_help=True
 )
+tenant_egress_app = typer.Typer(
+    help="A tenant's destination lists: the hosts its webhooks may (allow) or may not (deny)"
+    " reach (an admin key changes them).",
+    no_args_is_help=True,
+)
 tenants_app.add_typer(tenant_secrets_app, name="secrets")
 secrets_app = typer.Typer(
     help="Keys that encrypt stored secrets, in the database.", no_args_is_help=True
 )
+tenants_app.add_typer(tenant_egress_app, name="egress")
 
 
 class Session:

@@ -1,5 +1,6 @@
-"""`tickwork tenants <verb>`: tenants (create, list, show, delete, admin keys) and their
-webhook signing secrets (`tenants secrets <verb>`), through the API.
+"""`tickwork tenants <verb>`: tenants (create, list, show, delete, admin keys), their
+webhook signing secrets (`tenants secrets <verb>`) and destination lists (`tenants egress
+<verb>`), through the API.
 
 The secrets are write-only: `set` sends them, and every answer shows only their fingerprints,
 except a secret tickwork generates (`tenants create`, `tenants secrets rotate`), printed once.
@@ -7,18 +8,27 @@ except a secret tickwork generates (`tenants create`, `tenants secrets rotate`),
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
 from rich.table import Table
 
-from tickwork.cli.app import CliFailure, stdout_console, tenant_secrets_app, tenants_app
+from tickwork.cli.app import (
+    CliFailure,
+    stdout_console,
+    tenant_egress_app,
+    tenant_secrets_app,
+    tenants_app,
+)
 from tickwork.cli.client import api_client
 from tickwork.cli.options import ApiOpt, JsonOpt, SecretOpt
 from tickwork.cli.render import print_json, show, tenant_signing
 
 __all__ = [
+    "tenant_egress_clear",
+    "tenant_egress_set",
+    "tenant_egress_show",
     "tenant_secrets_clear",
     "tenant_secrets_retire",
     "tenant_secrets_rotate",
@@ -85,11 +95,56 @@ def _tenant_path(tenant: str) -> str:
     return f"/v1/tenants/{quote(tenant, safe='')}"
 
 
-def _tenants_table(tenants: list[dict[str, str]]) -> Table:
-    table = Table("tenant", "created")
+def _tenants_table(tenants: list[dict[str, Any]]) -> Table:
+    table = Table("tenant", "created", "allow", "deny")
     for t in tenants:
-        table.add_row(t["name"], t["created_at"])
+        egress = t.get("egress") or {}
+        allow = ", ".join(egress.get("allow", [])) or "any public host"
+        table.add_row(t["name"], t["created_at"], allow, ", ".join(egress.get("deny", [])) or "-")
     return table
+
+
+AllowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        help="a host pattern the tenant's webhooks may reach (api.partner.io, *.example.com,"
+        " 203.0.113.0/24); repeat for more; none: any public host",
+    ),
+]
+DenyOpt = Annotated[
+    list[str] | None,
+    typer.Option("--deny", help="a host pattern they may never reach (wins over --allow)"),
+]
+
+
+@tenant_egress_app.command("set")
+def tenant_egress_set(
+    tenant: TenantArg,
+    allow: AllowOpt = None,
+    deny: DenyOpt = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace the tenant's lists with these (both lists, whole)."""
+    if not allow and not deny:
+        raise CliFailure("give --allow and/or --deny patterns; to remove the lists, use clear")
+    body = {"egress": {"allow": allow or [], "deny": deny or []}}
+    answer = api_client(api).call("PATCH", _tenant_path(tenant), json=body)
+    show(answer, as_json, lambda t: _tenants_table([t]))
+
+
+@tenant_egress_app.command("show")
+def tenant_egress_show(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Show the tenant's lists."""
+    show(api_client(api).call("GET", _tenant_path(tenant)), as_json, lambda t: _tenants_table([t]))
+
+
+@tenant_egress_app.command("clear")
+def tenant_egress_clear(tenant: TenantArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Remove the tenant's lists: its webhooks may reach any host the SSRF guard permits."""
+    answer = api_client(api).call("PATCH", _tenant_path(tenant), json={"egress": None})
+    show(answer, as_json, lambda t: _tenants_table([t]))
 
 
 @tenants_app.command("create")

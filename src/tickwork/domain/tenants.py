@@ -1,9 +1,12 @@
-"""Tenants: per-tenant settings shared by all of a tenant's jobs (today: signing secrets)."""
+"""Tenants: per-tenant settings shared by all of a tenant's jobs (signing secrets, the
+destinations its webhooks may reach)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from tickwork.domain.egress import EgressRules
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -13,3 +16,6 @@ class Tenant:
     webhook_secrets: tuple[str, ...] = field(default=(), repr=False)
     created_at: datetime
     updated_at: datetime
+    # Hosts the tenant's webhooks and alerts may (allow) or may not (deny) reach, within what
+    # the SSRF guard permits (domain/egress.py); empty: no lists.
+    egress: EgressRules = field(default_factory=EgressRules)

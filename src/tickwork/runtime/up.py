@@ -32,7 +32,7 @@ from tickwork.scheduler.partitions import KeeperConfig, PartitionKeeper
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.services.keys import KeyService
 from tickwork.services.tenants import TenantService
-from tickwork.settings import Settings, data_dir
+from tickwork.settings import Settings, data_dir, webhook_proxies
 from tickwork.store.base import ScheduleStore
 from tickwork.tasks import DEFAULT_REGISTRY, import_task_modules
 from tickwork.version import tickwork_version
@@ -45,6 +45,7 @@ from tickwork.worker.executors.target import TargetRunner
 from tickwork.worker.executors.task import TaskRunner
 from tickwork.worker.executors.webhook import WebhookRunner
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
+from tickwork.worker.tenant_lists import TenantLists
 
 from .access import bootstrap_admin_key, is_loopback_host, refuse_open_network_api
 from .factory import store_for_url
@@ -154,6 +155,8 @@ async def _serve_with(
         keeper = _keeper(store, clock, settings, node_id, identity)
         await keeper.start()  # hold a share before serving; on SQLite, refuse a second one
     async with contextlib.AsyncExitStack() as stack:
+        # Made first: a malformed proxy setting stops the start before any service exists.
+        webhook_runner = _webhook_runner(settings, clock, store) if Role.WORKER in roles else None
         services: list[Coroutine[Any, Any, None]] = []
         executor = None
         queue = await _open_queue(stack, settings, roles)
@@ -163,8 +166,8 @@ async def _serve_with(
         )
         if roles & {Role.SCHEDULER, Role.WORKER}:
             services.append(gauge.run(stop))
-        if Role.WORKER in roles:
-            webhooks = await stack.enter_async_context(_webhook_runner(settings, clock))
+        if webhook_runner is not None:
+            webhooks = await stack.enter_async_context(webhook_runner)
             tasks = TaskRunner(DEFAULT_REGISTRY, store, clock, lease_ttl_ms=settings.lease_ttl_ms)
             runner = TargetRunner(webhooks, tasks)
             alerts = AlertSender(webhooks)  # same guarded session and signing as the jobs
@@ -277,12 +280,15 @@ def crash_if_asked(point: str) -> None:
         os._exit(137)
 
 
-def _webhook_runner(settings: Settings, clock: Clock) -> WebhookRunner:
+def _webhook_runner(settings: Settings, clock: Clock, store: ScheduleStore) -> WebhookRunner:
     return WebhookRunner(
         policy=AddressPolicy(allow=settings.webhook_allow),
         secrets=settings.webhook_secrets,
         clock=clock,
         max_connections=settings.executor_concurrency,
+        tenant_lists=TenantLists(store, clock),
+        ca_bundle=settings.webhook_ca_bundle,
+        proxies=webhook_proxies(settings),
     )
 
 

@@ -27,6 +27,7 @@ from tickwork.domain.jobs import AlertTarget, Job, JobState, Schedule, Target, W
 from tickwork.domain.masking import restore_headers, restore_url
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Run
+from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, InvalidInput, StaleJob
 from tickwork.services.rules import (
     anchored,
@@ -38,6 +39,7 @@ from tickwork.services.rules import (
     rescheduled,
     resumed,
 )
+from tickwork.services.tenants import check_job_egress
 from tickwork.store.base import JobQuery, ScheduleStore
 
 __all__ = ["KEEP", "JobPatch", "JobService", "JobSpec", "Keep", "RunDetail", "unknown_tenant"]
@@ -102,7 +104,8 @@ class JobService:
         retry = RetryPolicy() if spec.retry is None else spec.retry
         check_fields(name=spec.name, tenant=spec.tenant, target=spec.target, retry=retry)
         check_alert(spec.on_failure)
-        await self.require_tenant(spec.tenant)
+        tenant = await self.require_tenant(spec.tenant)
+        check_job_egress(tenant, _job_urls(spec.target, spec.on_failure))
         next_run_at = first_fire(schedule, now)
         job = Job(
             id=new_job_id(now),
@@ -119,10 +122,12 @@ class JobService:
         )
         return await self._store.create_job(job)
 
-    async def require_tenant(self, tenant: str) -> None:
-        """Raises InvalidInput (code "unknown_tenant") unless the tenant exists."""
-        if await self._store.get_tenant(tenant) is None:
+    async def require_tenant(self, tenant: str) -> Tenant:
+        """The tenant; raises InvalidInput (code "unknown_tenant") unless it exists."""
+        found = await self._store.get_tenant(tenant)
+        if found is None:
             raise unknown_tenant(tenant)
+        return found
 
     async def get(self, job_id: str) -> Job:
         return await self._store.get_job(job_id)
@@ -149,9 +154,19 @@ class JobService:
         raise Conflict(f"job {job_id!r} kept changing while it was edited; try again")
 
     async def update(self, job_id: str, patch: JobPatch) -> Job:
-        if patch.tenant is not None:
-            await self.require_tenant(patch.tenant)
-        return await self._edit(job_id, lambda job, now: _patched(job, patch, now))
+        tenant = None if patch.tenant is None else await self.require_tenant(patch.tenant)
+        if tenant is None and _moves_urls(patch):
+            tenant = await self._store.get_tenant((await self._store.get_job(job_id)).tenant)
+
+        def change(job: Job, now: datetime) -> Job:
+            edited = _patched(job, patch, now)
+            # Only an edit of a URL or of the tenant is checked: the lists may have narrowed
+            # since the job was made, and renaming it should not fail for that.
+            if tenant is not None and tenant.tenant == edited.tenant:
+                check_job_egress(tenant, _job_urls(edited.target, edited.on_failure))
+            return edited
+
+        return await self._edit(job_id, change)
 
     async def pause(self, job_id: str) -> Job:
         return await self._edit(job_id, paused)
@@ -175,6 +190,18 @@ class JobService:
         """One run and its attempts. Raises NotFound."""
         run = await self._store.get_run(run_id)
         return RunDetail(run=run, attempts=await self._store.list_attempts(run_id))
+
+
+def _job_urls(target: Target, alert: AlertTarget | None) -> list[tuple[str, str]]:
+    """The (field, URL) pairs of a job that its tenant's destination lists judge."""
+    urls = [("target.url", target.url)] if isinstance(target, WebhookTarget) else []
+    if alert is not None:
+        urls.append(("on_failure.url", alert.url))
+    return urls
+
+
+def _moves_urls(patch: JobPatch) -> bool:
+    return isinstance(patch.target, WebhookTarget) or patch.on_failure not in (KEEP, None)
 
 
 def unknown_tenant(tenant: str) -> InvalidInput:

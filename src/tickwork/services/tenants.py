@@ -1,4 +1,5 @@
-"""The tenant service: tenants as a resource, and their settings (today: signing secrets).
+"""The tenant service: tenants as a resource, and their settings (signing secrets, destination
+lists).
 
 A job names an existing tenant (`default` exists in every database). An admin creates and
 deletes tenants; a tenant with jobs cannot be deleted, and deleting one revokes its keys.
@@ -10,6 +11,10 @@ Signed by default: a new tenant gets a generated signing secret, and a tenant wh
 never configured (`default` and the tenants an upgrade created) gets one when an API process
 starts (`sign_unconfigured`); `rotate` makes a new one and keeps the old one beside it until
 `retire_previous`, so receivers can switch without a failed delivery.
+
+Destination lists (`egress`, domain/egress.py) narrow where a tenant's webhooks and alerts may
+go; `check_job_egress` applies them to a job's URLs (the job service when a job is created or
+changed, the worker at fire time through its own cache).
 """
 
 from __future__ import annotations
@@ -22,15 +27,19 @@ from datetime import datetime
 from typing import Final
 
 from tickwork.clock import Clock
+from tickwork.domain.egress import BadPattern, parse_rules, tenant_refusal
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import InvalidInput, NotFound
 from tickwork.services.rules import MAX_TENANT_CHARS, check_secrets, check_tenant
 from tickwork.store.base import ScheduleStore
 from tickwork.webhooks import fingerprint, generate_secret
 
-__all__ = ["NewSecret", "TenantService", "TenantSigning"]
+__all__ = ["NewSecret", "TenantService", "TenantSigning", "check_job_egress"]
 
 SECRETS_FIELD: Final = "secrets"
+EGRESS_FIELD: Final = "egress"
+EGRESS_REFUSED: Final = "tenant_egress_refused"
+BAD_PATTERN: Final = "invalid_host_pattern"
 TENANT_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -111,6 +120,19 @@ class TenantService:
     async def list(self) -> builtins.list[Tenant]:
         return await self._store.list_tenants()
 
+    async def set_egress(
+        self, name: str, allow: Sequence[str] | None, deny: Sequence[str] | None
+    ) -> Tenant:
+        """Replace the tenant's destination lists (None or empty: no list). Raises InvalidInput
+        naming `egress.allow[i]` for a bad pattern, NotFound for an unknown tenant. Jobs that
+        exist are not re-checked here: workers refuse their fires once the lists refuse them."""
+        try:
+            rules = parse_rules(allow or (), deny or ())
+        except BadPattern as exc:
+            where = EGRESS_FIELD if exc.where is None else f"{EGRESS_FIELD}.{exc.where}"
+            raise InvalidInput(where, exc.detail, code=BAD_PATTERN) from None
+        return await self._store.set_tenant_egress(name, rules, now=self._clock.now())
+
     async def delete(self, name: str) -> None:
         """Delete a tenant without jobs and revoke its keys. Raises NotFound, TenantHasJobs."""
         await self._store.delete_tenant(name, now=self._clock.now())
@@ -146,6 +168,16 @@ def check_tenant_name(name: str) -> None:
             "name",
             "use letters, digits, '.', '_' and '-', starting with a letter or digit",
         )
+
+
+def check_job_egress(tenant: Tenant, urls: Sequence[tuple[str, str]]) -> None:
+    """Raise InvalidInput (422, code `tenant_egress_refused`) naming the field of the first of
+    `urls` ((field, url) pairs) that the tenant's lists refuse."""
+    for field_name, url in urls:
+        reason = tenant_refusal(tenant.tenant, tenant.egress, url)
+        if reason is not None:
+            hint = f"an admin can change the lists with PATCH /v1/tenants/{tenant.tenant}"
+            raise InvalidInput(field_name, f"{reason}; {hint}", code=EGRESS_REFUSED)
 
 
 def _signing(tenant: str, secrets: Sequence[str], updated_at: datetime) -> TenantSigning:

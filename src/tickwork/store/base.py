@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol, TypeVar
 
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState, Schedule
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DueHead, Node, PartitionLease
@@ -600,6 +601,12 @@ class AccessStore(Protocol):
 
     async def list_tenants(self) -> list[Tenant]:
         """Every tenant, by name (code point order)."""
+        ...
+
+    async def set_tenant_egress(self, tenant: str, egress: EgressRules, *, now: datetime) -> Tenant:
+        """Replace the tenant's destination lists (empty rules: none), keeping its other
+        settings; updated_at becomes `now`. Returns the tenant as stored. Raises
+        NotFound("tenant", tenant) if it does not exist (the row is not created)."""
         ...
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:

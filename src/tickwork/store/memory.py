@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import Clock, SystemClock
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import (
@@ -530,6 +531,14 @@ class MemoryStore:
 
     async def list_tenants(self) -> list[Tenant]:
         return [self._tenants[name] for name in sorted(self._tenants)]
+
+    async def set_tenant_egress(self, tenant: str, egress: EgressRules, *, now: datetime) -> Tenant:
+        current = self._tenants.get(tenant)
+        if current is None:
+            raise NotFound("tenant", tenant)
+        stored = replace(current, egress=egress, updated_at=now)
+        self._tenants[tenant] = stored
+        return stored
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
         if tenant not in self._tenants:

@@ -80,8 +80,9 @@ class AlertSender:
         }
         _, secrets = self._webhooks.signing_for(fire)
         config = self._config
-        result = Attempt(ok=False, error="not sent")
-        for n in range(config.attempts):
+        refused = await self._webhooks.tenant_refusal(fire, alert.url)
+        result = refused or Attempt(ok=False, error="not sent")
+        for n in range(0 if refused is not None else config.attempts):
             if n:
                 delays = config.retry_delays_ms
                 await asyncio.sleep(delays[min(n - 1, len(delays) - 1)] / 1000)

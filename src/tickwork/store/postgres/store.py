@@ -29,6 +29,7 @@ import asyncpg
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
@@ -537,6 +538,13 @@ class PostgresStore(SqlReads):
         found = await self._fetch(self._sql.insert_tenant, values, "creating a tenant")
         if not found:
             raise TenantExists(tenant)
+        return rows.tenant_from_row(found[0], self._columns)
+
+    async def set_tenant_egress(self, tenant: str, egress: EgressRules, *, now: datetime) -> Tenant:
+        values = {"tenant": tenant, "egress": rows.egress_text(egress), "now": to_us(now)}
+        found = await self._fetch(self._sql.set_tenant_egress, values, "setting a tenant's lists")
+        if not found:
+            raise NotFound("tenant", tenant)
         return rows.tenant_from_row(found[0], self._columns)
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:

@@ -26,7 +26,7 @@ error
 
 -- fragment: tenant_columns
 -- Every column of tw_tenants (rows.tenant_from_row).
-tenant, webhook_secrets, created_us, updated_us
+tenant, webhook_secrets, created_us, updated_us, egress
 
 -- fragment: fire_returning
 -- What a lease of tw_runs returns (rows.fire_from_row): the run and, by primary-key lookups,
@@ -146,6 +146,12 @@ INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)
 VALUES (:tenant, :webhook_secrets, :now, :now)
 ON CONFLICT (tenant) DO UPDATE SET webhook_secrets = excluded.webhook_secrets,
     updated_us = excluded.updated_us
+RETURNING {tenant_columns}
+
+-- name: set_tenant_egress
+-- Replace an existing tenant's destination lists (JSON, NULL: none); no row: no such tenant.
+UPDATE tw_tenants SET egress = :egress, updated_us = :now
+WHERE tenant = :tenant
 RETURNING {tenant_columns}
 
 -- name: job_state_counts

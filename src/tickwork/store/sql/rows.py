@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.egress import EgressRules, rules_from_json, rules_to_json
 from tickwork.domain.jobs import (
     AlertTarget,
     AtTrigger,
@@ -198,7 +199,17 @@ def tenant_from_row(row: Row, sealed: SealedColumns) -> Tenant:
         webhook_secrets=sealed.read_tenant_secrets(row["webhook_secrets"]),
         created_at=from_us(row["created_us"]),
         updated_at=from_us(row["updated_us"]),
+        egress=egress_from_text(row["egress"]),
     )
+
+
+def egress_text(egress: EgressRules) -> str | None:
+    """A tenant's destination lists as stored: JSON, or NULL when it has none."""
+    return None if egress.empty else json.dumps(rules_to_json(egress), separators=(",", ":"))
+
+
+def egress_from_text(text: str | None) -> EgressRules:
+    return EgressRules() if text is None else rules_from_json(json.loads(text))
 
 
 def key_params(key: ApiKey) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
@@ -441,6 +442,15 @@ class SqliteStore(SqlReads):
         )
         if row is None:
             raise TenantExists(tenant)
+        return rows.tenant_from_row(row, self._columns)
+
+    async def set_tenant_egress(self, tenant: str, egress: EgressRules, *, now: datetime) -> Tenant:
+        params = {"tenant": tenant, "egress": rows.egress_text(egress), "now": to_us(now)}
+        row = await self._write(
+            lambda conn: conn.execute(SQL.set_tenant_egress.text, params).fetchone()
+        )
+        if row is None:
+            raise NotFound("tenant", tenant)
         return rows.tenant_from_row(row, self._columns)
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:

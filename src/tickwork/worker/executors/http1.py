@@ -7,17 +7,26 @@ cores that difference decides the end-to-end rate.
 
 What it does:
 
-* one pool of idle connections per origin (scheme, host, port), reused last-in first-out and
-  dropped after `idle_timeout_s` (servers close idle keep-alive connections on their own);
+* one pool of idle connections per origin (scheme, host, port) and proxy, reused last-in
+  first-out and dropped after `idle_timeout_s` (servers close idle keep-alive connections on
+  their own);
 * the SSRF guard (`ssrf.py`) on every new connection: the URL is checked first (scheme, literal
   address), a hostname is resolved once, only permitted addresses are kept, and the connection
   goes to exactly an address that was checked, so a second DNS answer cannot swap in another;
-* TLS for https (the system's trust store, the URL's host for SNI and verification);
+* TLS for https, always verified (the system's trust store plus an optional CA bundle, the
+  URL's host for SNI and verification); a context that would not verify is refused;
+* an outbound HTTP proxy when one is configured (`proxy.py` decides which, NO_PROXY included):
+  http:// targets as absolute-form requests to the proxy, https:// targets through a CONNECT
+  tunnel with TLS to the target inside it. The worker cannot see where the proxy connects, so
+  the guard checks what it can before asking: a literal address as always, and a name by what
+  it resolves to here; if any of those addresses is forbidden the request is refused (a name
+  that does not resolve here is left to the proxy, which must enforce egress itself). The
+  proxy's own address is not checked: an operator chose it;
 * a request whose pooled connection turns out to be closed by the server before any byte of a
   response is sent once more on a new connection (the request is a webhook, idempotent by its
   key); any other failure is the caller's to retry;
-* no redirects, no proxies, no cookies, no decompression: a webhook names its URL, and the body
-  of the answer is only kept (up to `BODY_LIMIT`) for error reports.
+* no redirects, no cookies, no decompression: a webhook names its URL, and the body of the
+  answer is only kept (up to `BODY_LIMIT`) for error reports.
 """
 
 from __future__ import annotations
@@ -36,8 +45,10 @@ import httptools
 from yarl import URL
 
 from tickwork.clock import Clock, SystemClock
+from tickwork.worker.executors.proxy import Proxy, ProxyRoutes
 from tickwork.worker.executors.ssrf import (
     AddressPolicy,
+    EgressRefused,
     ForbiddenAddress,
     ForbiddenHost,
     IPAddress,
@@ -47,8 +58,12 @@ from tickwork.worker.executors.ssrf import (
 BODY_LIMIT = 64 * 1024  # bytes of an answer kept; the rest is read and dropped
 PARSED_URLS_KEPT = 4096  # webhook URLs repeat (one per job): parse each once
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-# Headers the client owns: a job's own value could break the framing (request smuggling).
-_OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+CONNECT_ANSWER_LIMIT = 16 * 1024  # bytes of a proxy's answer to CONNECT
+# Headers the client owns: a job's own value could break the framing (request smuggling) or
+# speak for the operator's proxy.
+_OWN_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "proxy-authorization"}
+)
 _FORBIDDEN_IN_HEADERS = ("\r", "\n", "\0")
 # What a method and a header name may be (an RFC 9110 token). Anything else can rewrite the
 # head: a space in a method makes an absolute-form target a proxy would fetch, a leading space
@@ -63,6 +78,28 @@ class ResponseBroken(OSError):
     """The server closed the connection or sent something that is not HTTP/1.1."""
 
 
+class ProxyFailed(OSError):
+    """The proxy would not open a tunnel (its answer to CONNECT), or broke off. `retryable`:
+    whether asking again later may help (a 5xx, a dropped connection) or not (403, 407)."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ForbiddenBehindProxy(EgressRefused):
+    """A name that resolves here to a forbidden address is not asked of the proxy."""
+
+    def __init__(self, host: str, refused: Sequence[ForbiddenAddress]) -> None:
+        detail = "; ".join(f"{r.ip}: {r.reason}" for r in refused)
+        super().__init__(
+            f"refused to ask the proxy for {host!r}: it resolves here to forbidden addresses"
+            f" ({detail})"
+        )
+        self.host = host
+        self.refused = tuple(refused)
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
@@ -72,11 +109,24 @@ class Response:
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    origin: tuple[str, str, int]  # (scheme, host, port): the pool key
+    origin: tuple[str, str, int]  # (scheme, host, port)
     host_header: str
     path: str  # path and query, as sent on the request line
     literal: IPAddress | None  # the host, if it is an IP address
     authorization: str | None  # from user:password@ in the URL
+    proxy: Proxy | None = None  # None: connect directly
+
+    @property
+    def pool_key(self) -> tuple[str, str, int, str]:
+        """Connections are shared per origin and per proxy (a tunnel leads to one origin)."""
+        return (*self.origin, "" if self.proxy is None else self.proxy.key)
+
+    @property
+    def request_target(self) -> str:
+        """What the request line names: the path, or the whole URL for a plain-HTTP proxy."""
+        if self.proxy is not None and self.origin[0] == "http":
+            return f"http://{self.host_header}{self.path}"
+        return self.path
 
 
 class Http1Client:
@@ -90,18 +140,25 @@ class Http1Client:
         idle_timeout_s: float = 15.0,
         resolve: Resolve | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        ca_bundle: str | None = None,
+        proxies: ProxyRoutes | None = None,
         clock: Clock | None = None,
     ) -> None:
         """`resolve(host, port)` returns addresses as text (default: the system's getaddrinfo,
         so /etc/hosts applies); tests pass a stub to check the guard's decisions. `clock`
-        times idle connections (its monotonic reading)."""
+        times idle connections (its monotonic reading).
+
+        TLS: `ssl_context` if given (it must verify certificates and host names: ValueError
+        otherwise), else the system's trust store plus the PEM file `ca_bundle` if given.
+        `proxies`: which outbound proxy each target goes through (default: none)."""
         self._policy = policy or AddressPolicy()
         self._slots = asyncio.Semaphore(max_connections)
         self._idle_timeout_s = idle_timeout_s
         self._resolve = resolve or _system_resolve
-        self._ssl_context = ssl_context
+        self._ssl_context = _verifying(ssl_context, ca_bundle)
+        self._proxies = proxies or ProxyRoutes()
         self._clock = clock or SystemClock()
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[str, str, int, str], list[_Connection]] = {}
         self._targets: dict[str, _Target] = {}
 
     async def request(
@@ -145,14 +202,14 @@ class Http1Client:
     def _target(self, url: str) -> _Target:
         target = self._targets.get(url)
         if target is None:
-            target = _parse_target(url, self._policy)
+            target = _parse_target(url, self._policy, self._proxies)
             if len(self._targets) >= PARSED_URLS_KEPT:
                 self._targets.clear()
             self._targets[url] = target
         return target
 
     async def _acquire(self, target: _Target, *, reuse: bool = True) -> tuple[_Connection, bool]:
-        idle = self._idle.get(target.origin)
+        idle = self._idle.get(target.pool_key)
         if reuse and idle:
             stale_before = self._clock.monotonic_s() - self._idle_timeout_s
             while idle:
@@ -167,9 +224,11 @@ class Http1Client:
             connection.close()
             return
         connection.idle_since = self._clock.monotonic_s()
-        self._idle.setdefault(target.origin, []).append(connection)
+        self._idle.setdefault(target.pool_key, []).append(connection)
 
     async def _connect(self, target: _Target) -> _Connection:
+        if target.proxy is not None:
+            return await self._connect_through(target.proxy, target)
         scheme, host, port = target.origin
         addresses = (
             [target.literal] if target.literal is not None else await self._permitted(host, port)
@@ -206,10 +265,124 @@ class Http1Client:
             raise ForbiddenHost(host, refused)
         return kept
 
+    async def _connect_through(self, proxy: Proxy, target: _Target) -> _Connection:
+        scheme, host, port = target.origin
+        if target.literal is None:
+            await self._check_before_proxy(host, port)
+        loop = asyncio.get_running_loop()
+        sock = await _open_socket(proxy.host, proxy.port)
+        try:
+            if scheme == "https":
+                await _open_tunnel(sock, proxy, target)
+                _, protocol = await loop.create_connection(
+                    _Connection, sock=sock, ssl=self._tls(), server_hostname=host
+                )
+            else:
+                _, protocol = await loop.create_connection(_Connection, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        return protocol
+
+    async def _check_before_proxy(self, host: str, port: int) -> None:
+        """Refuse a name that resolves here to any forbidden address: the proxy may pick any
+        of them. A name unknown here is the proxy's to resolve (and to police)."""
+        try:
+            texts = await self._resolve(host, port)
+        except OSError:
+            return
+        refused: list[ForbiddenAddress] = []
+        for text in texts:
+            try:
+                self._policy.check(ipaddress.ip_address(text.split("%", 1)[0]))
+            except ForbiddenAddress as exc:
+                refused.append(exc)
+        if refused:
+            raise ForbiddenBehindProxy(host, refused)
+
     def _tls(self) -> ssl.SSLContext:
         if self._ssl_context is None:
             self._ssl_context = ssl.create_default_context()
         return self._ssl_context
+
+
+def _verifying(context: ssl.SSLContext | None, ca_bundle: str | None) -> ssl.SSLContext | None:
+    """The TLS context to use (None: the default one, made on first use). Verification cannot
+    be turned off: a context that skips it is refused."""
+    if context is not None:
+        if context.verify_mode != ssl.CERT_REQUIRED or not context.check_hostname:
+            raise ValueError(
+                "ssl_context: webhooks always verify certificates and host names; for a"
+                " private CA, give its certificate as a CA bundle instead"
+            )
+        if ca_bundle:
+            context.load_verify_locations(cafile=ca_bundle)
+        return context
+    if not ca_bundle:
+        return None
+    context = ssl.create_default_context()  # the system's trust store...
+    try:
+        context.load_verify_locations(cafile=ca_bundle)  # ...plus the operator's CAs
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(
+            f"webhook_ca_bundle: cannot load {ca_bundle!r} as PEM certificates ({exc}); give"
+            " the path of a readable file of -----BEGIN CERTIFICATE----- blocks"
+        ) from None
+    return context
+
+
+async def _open_socket(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket to the proxy (its address is not the guard's: the
+    operator configured it)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    failure: OSError | None = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            failure = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise failure or OSError(f"the proxy {host}:{port} has no address")
+
+
+async def _open_tunnel(sock: socket.socket, proxy: Proxy, target: _Target) -> None:
+    """CONNECT host:port through `proxy` on `sock`; returns once the tunnel is open."""
+    loop = asyncio.get_running_loop()
+    _, host, port = target.origin
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    lines = [f"CONNECT {authority} HTTP/1.1", f"host: {authority}"]
+    if proxy.authorization is not None:
+        lines.append(f"proxy-authorization: {proxy.authorization}")
+    await loop.sock_sendall(sock, ("\r\n".join(lines) + "\r\n\r\n").encode())
+    answer = bytearray()
+    while b"\r\n\r\n" not in answer:
+        chunk = await loop.sock_recv(sock, 4096)
+        if not chunk:
+            raise ProxyFailed(
+                f"the proxy {proxy.shown} closed the connection before opening a tunnel to"
+                f" {authority}",
+                retryable=True,
+            )
+        answer += chunk
+        if len(answer) > CONNECT_ANSWER_LIMIT:
+            raise ProxyFailed(f"the proxy {proxy.shown} answered CONNECT at length", retryable=True)
+    status_line = bytes(answer).split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split(" ", 2)
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+    if not 200 <= status < 300:
+        raise ProxyFailed(
+            f"the proxy {proxy.shown} refused to open a tunnel to {authority}:"
+            f" {status_line[:200]!r}",
+            retryable=status == 0 or status >= 500,
+        )
 
 
 async def _system_resolve(host: str, port: int) -> list[str]:
@@ -217,7 +390,7 @@ async def _system_resolve(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
-def _parse_target(url: str, policy: AddressPolicy) -> _Target:
+def _parse_target(url: str, policy: AddressPolicy, proxies: ProxyRoutes) -> _Target:
     """Check and split a URL (yarl, as the guard parses it); raises ForbiddenURL/Address."""
     check_url_host(url, policy)
     parsed = URL(url)
@@ -236,6 +409,7 @@ def _parse_target(url: str, policy: AddressPolicy) -> _Target:
         path=parsed.raw_path_qs or "/",
         literal=literal,
         authorization=authorization,
+        proxy=proxies.proxy_for(parsed.scheme, host, port),
     )
 
 
@@ -251,7 +425,11 @@ def _encode_request(
 ) -> bytes:
     if not _TOKEN.fullmatch(method):
         raise ValueError(f"method {method[:40]!r} is not a valid HTTP token")
-    lines = [f"{method} {target.path} HTTP/1.1", f"host: {target.host_header}"]
+    lines = [f"{method} {target.request_target} HTTP/1.1", f"host: {target.host_header}"]
+    proxy = target.proxy
+    if proxy is not None and proxy.authorization is not None and target.origin[0] == "http":
+        # To a plain-HTTP proxy the request itself carries the credentials (https: CONNECT).
+        lines.append(f"proxy-authorization: {proxy.authorization}")
     if target.authorization is not None and "authorization" not in {h.lower() for h in headers}:
         lines.append(f"authorization: {target.authorization}")
     for name, value in headers.items():

@@ -9,14 +9,19 @@ with the job's secrets, else its tenant's (both carried by the fire), else this 
 not at all.
 
 Requests go out through `http1.Http1Client` (pooled keep-alive connections; ADR 0010 says
-why not aiohttp's client). Every connection goes through the SSRF guard (`ssrf.py`): loopback,
-private, link-local, metadata and other non-global addresses are refused unless the allow-list
-names them, and the address checked is the address connected to.
+why not aiohttp's client), with verified TLS (plus an operator's CA bundle) and through the
+outbound proxy, if one is configured (`proxy.py`). Every connection goes through the SSRF
+guard (`ssrf.py`): loopback, private, link-local, metadata and other non-global addresses are
+refused unless the allow-list names them, and the address checked is the address connected
+to. Before that, the job's
+tenant's destination lists (`worker/tenant_lists.py`) may refuse the URL: a refusal is final
+(not retried), its error names the tenant and the list.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping, Sequence
 
 from tickwork.clock import Clock, SystemClock, utc_iso
@@ -26,8 +31,10 @@ from tickwork.domain.runs import Fire
 from tickwork.domain.signing import SigningSource, resolve_secrets
 from tickwork.webhooks import fenced_id, sign
 from tickwork.worker.base import ERROR_EXCERPT_CHARS, Attempt
-from tickwork.worker.executors.http1 import Http1Client, Resolve
+from tickwork.worker.executors.http1 import Http1Client, ProxyFailed, Resolve
+from tickwork.worker.executors.proxy import ProxyRoutes
 from tickwork.worker.executors.ssrf import AddressPolicy, EgressRefused
+from tickwork.worker.tenant_lists import TenantLists
 
 USER_AGENT = "tickwork/0.1"
 
@@ -55,8 +62,17 @@ class WebhookRunner:
         clock: Clock | None = None,
         max_connections: int = 256,
         resolve: Resolve | None = None,
+        tenant_lists: TenantLists | None = None,
+        ca_bundle: str | None = None,
+        proxies: ProxyRoutes | None = None,
     ) -> None:
-        """`resolve` replaces the system's name lookup (tests check the guard with a stub)."""
+        """`resolve` replaces the system's name lookup (tests check the guard with a stub).
+        `tenant_lists`: the tenants' destination lists (None: no tenant has any).
+        `ca_bundle`: a PEM file of CAs trusted besides the system's; `proxies`: the outbound
+        proxy of each target (default: none)."""
+        self._tenant_lists = tenant_lists
+        self._ca_bundle = ca_bundle
+        self._proxies = proxies
         self._policy = policy or AddressPolicy()
         self._secrets = tuple(secrets)
         self._clock = clock or SystemClock()
@@ -70,6 +86,8 @@ class WebhookRunner:
             max_connections=self._max_connections,
             resolve=self._resolve,
             clock=self._clock,
+            ca_bundle=self._ca_bundle,
+            proxies=self._proxies,
         )
         return self
 
@@ -89,10 +107,28 @@ class WebhookRunner:
             process=self._secrets,
         )
 
+    async def tenant_refusal(self, fire: Fire, url: str) -> Attempt | None:
+        """The failed attempt to record when the lists of `fire`'s tenant refuse `url`, or
+        None when they let it through."""
+        if self._tenant_lists is None:
+            return None
+        try:
+            reason = await self._tenant_lists.refusal(fire.job_id, url)
+        except Exception as exc:  # the store did not answer: the next attempt may find it
+            error = f"could not read the tenant's destination lists: {type(exc).__name__}: {exc}"
+            return Attempt(ok=False, error=error[:ERROR_EXCERPT_CHARS], retryable=True)
+        if reason is None:
+            return None
+        # The lists will refuse it again until an admin changes them: not retried.
+        return Attempt(ok=False, error=f"refused by the tenant's destination lists: {reason}")
+
     async def __call__(self, fire: Fire) -> Attempt:
         target = fire.target
         if not isinstance(target, WebhookTarget):
             raise TypeError("WebhookRunner runs webhook targets only")
+        refused = await self.tenant_refusal(fire, target.url)
+        if refused is not None:
+            return refused
         headers = {**target.headers, **fire_headers(fire)}
         msg_id = headers["webhook-id"]
         data: bytes | None = None
@@ -143,8 +179,20 @@ class WebhookRunner:
         except EgressRefused as refused:  # asking again would be refused again: not retryable
             hint = "allow it with TICKWORK_WEBHOOK_ALLOW if this target is intended"
             return Attempt(ok=False, error=f"refused by the SSRF guard: {refused}; {hint}")
+        except ssl.SSLCertVerificationError as exc:
+            # Caught before ValueError, which it also is. Not retried: a certificate is fixed by
+            # a person (renewed, or its CA added), not by asking again within seconds; the
+            # job's next occurrence tries anew.
+            error = (
+                f"TLS certificate verification failed: {exc.verify_message or exc}; if the"
+                " target's CA is private, add it with TICKWORK_WEBHOOK_CA_BUNDLE"
+            )
+            return Attempt(ok=False, error=error[:ERROR_EXCERPT_CHARS])
         except ValueError as exc:  # a header that cannot be sent: fix the job, not a retry
             return Attempt(ok=False, error=str(exc)[:ERROR_EXCERPT_CHARS])
+        except ProxyFailed as exc:
+            error = str(exc)[:ERROR_EXCERPT_CHARS]
+            return Attempt(ok=False, error=error, retryable=exc.retryable)
         except OSError as exc:
             error = f"{type(exc).__name__}: {exc}"[:ERROR_EXCERPT_CHARS]
             return Attempt(ok=False, error=error, retryable=True)
