@@ -95,7 +95,9 @@ async def every_second_jobs(api: UpProcess, receiver: Receiver) -> list[str]:
     for n in range(JOBS):
         body = {
             "name": f"j{n}",
-            "schedule": {"every": "PT1S"},
+            # The grace matches the lateness this test allows a takeover (2 s): an occurrence
+            # taken over later than that is coalesced and shows as a gap.
+            "schedule": {"every": "PT1S", "misfire_grace": "PT2S"},
             "target": {"type": "webhook", "url": receiver.url(f"/j{n}"), "method": "POST"},
         }
         assert (await api.call("POST", "/v1/jobs", json=body)).status_code == 201

@@ -109,7 +109,8 @@ async def test_the_bundle_adds_the_ca_and_the_request_succeeds(secure: Receiver,
     attempt = await send({"policy": LOOPBACK, "ca_bundle": str(pki.ca_pem)}, secure.url("/hook"))
     assert attempt.ok, attempt.error
     [hit] = secure.for_path("/hook")
-    assert hit.headers["webhook-id"] == f"{'a' * 32}:0"
+    assert hit.headers["idempotency-key"] == f"{'a' * 32}:0"
+    assert hit.key == f"{'a' * 32}:0"
 
 
 async def test_the_bundle_does_not_replace_host_name_verification(
