@@ -34,6 +34,7 @@ class ClusterConfig:
     queue: QueueKind
     workdir: Path
     secret: str
+    secret_keys: str  # TICKWORK_SECRET_KEYS: every process of one deployment shares them
     lease_ttl_ms: int
     backstop_ms: int
     skew_s: float = 0.0  # scheduler-1's wall clock runs this far ahead (libfaketime)
@@ -155,6 +156,9 @@ class Cluster:
             "TICKWORK_LEASE_HEARTBEAT_MS": str(max(self.config.lease_ttl_ms // 5, 100)),
             "TICKWORK_QUEUE_BACKSTOP_MS": str(self.config.backstop_ms),
             "TICKWORK_WEBHOOK_SECRETS": self.config.secret,
+            # Each process has its own data directory, as on separate machines: the key that
+            # encrypts stored secrets must come from the configuration, the same for all.
+            "TICKWORK_SECRET_KEYS": self.config.secret_keys,
             "TICKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",
             "TICKWORK_LOG_LEVEL": "warning",
             # The API (on loopback) writes its first admin key here (`admin_key`).

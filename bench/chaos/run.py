@@ -20,6 +20,7 @@ from bench.chaos.faults import Fault, FaultPlanConfig, plan_faults
 from bench.chaos.load import JobPlan, build_load
 from bench.chaos.oracle import expected_ms
 from bench.chaos.verdict import Delivery, FaultWindow, Timing, Verdict, judge
+from tickwork.sealing import generate_key_line
 
 LEAD_S = 12.0  # from creating the jobs to the start of the load window, plus...
 CREATES_PER_S = 60.0  # ...time to create them at a rate a busy 2-core machine manages
@@ -64,6 +65,7 @@ async def chaos_run(config: RunConfig, say: Callable[[str], None]) -> RunResult:
     cluster = Cluster(
         ClusterConfig(
             queue=config.queue, workdir=config.workdir, secret=secret,
+            secret_keys=generate_key_line("chaos"),
             lease_ttl_ms=config.lease_ttl_ms, backstop_ms=config.backstop_ms,
             skew_s=config.skew_s, disk_mb=config.disk_mb,
         )
@@ -156,6 +158,11 @@ async def _create_jobs(
     base = f"http://127.0.0.1:{cluster.api_port}"
     headers = {"Authorization": f"Bearer {cluster.admin_key()}"}
     async with httpx.AsyncClient(base_url=base, timeout=30, headers=headers) as client:
+        # Every tenant signs with its own secret by default: the receiver checks the run's.
+        signing = {"secrets": [cluster.config.secret]}
+        answer = await client.put("/v1/tenants/default/webhook-secrets", json=signing)
+        if answer.status_code != 200:
+            raise RuntimeError(f"setting the tenant's secret: {answer.status_code} {answer.text}")
         await asyncio.gather(*(create(client, plan) for plan in plans))
     return expected
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from pathlib import Path
 
 from tickwork.errors import InvalidInput
-from tickwork.sealing import Keyring, generate_key_line, parse_key_lines
+from tickwork.sealing import Keyring, SealedSecretError, generate_key_line, parse_key_lines
 from tickwork.settings import Settings, data_dir, sqlite_path
+from tickwork.store.base import ScheduleStore
 
 SECRET_KEY_FILE = "secrets.key"
 
@@ -34,14 +36,31 @@ def keyring_for(settings: Settings, *, create: bool = True) -> Keyring:
                 "secret_keys",
                 f"no TICKWORK_SECRET_KEYS and no {path}: set the keys this deployment uses",
             )
-        write_private_file(path, generate_key_line() + "\n")
-        if sqlite_path(settings.database_url) is None:
+        if (
+            create_once(path, generate_key_line() + "\n")
+            and sqlite_path(settings.database_url) is None
+        ):
             log.warning(
                 "created a secret key in %s; every process of this deployment needs the same"
                 " key: copy the file or set TICKWORK_SECRET_KEYS on every machine",
                 path,
             )
     return _keyring(path.read_text().splitlines(), str(path))
+
+
+def create_once(path: Path, text: str) -> bool:
+    """Create `path` holding `text` unless it exists; True if this call created it. Processes
+    started together on one data directory all find the same key: the file appears whole
+    (written aside, then linked into place) and only the first link succeeds."""
+    aside = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    write_private_file(aside, text)
+    try:
+        os.link(aside, path)
+    except FileExistsError:
+        return False
+    finally:
+        aside.unlink(missing_ok=True)
+    return True
 
 
 def write_private_file(path: Path, text: str) -> Path:
@@ -52,6 +71,19 @@ def write_private_file(path: Path, text: str) -> Path:
         out.write(text)
     os.chmod(path, 0o600)  # an older file keeps its mode through O_CREAT: set it
     return path
+
+
+async def check_keys_open(store: ScheduleStore) -> None:
+    """Fail the start, naming the key, if this process cannot decrypt the tenants' signing
+    secrets: a worker with other keys than the API would dead-letter every signed fire."""
+    try:
+        await store.list_tenants()
+    except SealedSecretError as exc:
+        raise InvalidInput(
+            "secret_keys",
+            f"{exc}; every process of a deployment needs the same keys (one data directory's"
+            " secrets.key, or TICKWORK_SECRET_KEYS set alike everywhere)",
+        ) from None
 
 
 def _keyring(items: list[str], source: str) -> Keyring:

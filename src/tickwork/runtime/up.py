@@ -49,7 +49,7 @@ from tickwork.worker.tenant_lists import TenantLists
 
 from .access import bootstrap_admin_key, is_loopback_host, refuse_open_network_api
 from .factory import store_for_url
-from .secret_keys import keyring_for
+from .secret_keys import check_keys_open, keyring_for
 
 log = logging.getLogger("tickwork.up")
 
@@ -106,6 +106,7 @@ async def serve(
     try:
         await store.open()
         try:
+            await check_keys_open(store)
             await _serve_with(store, clock, settings, sock, roles)
         finally:
             await store.close()
