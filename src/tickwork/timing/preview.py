@@ -3,7 +3,9 @@
 Notes are derived from the zone's real offsets, not from cronsim internals: an occurrence is
 "moved" when it lands exactly on a forward jump and wall times inside the skipped stretch match
 the expression; an occurrence is "repeated" when its local wall time exists twice. Ordinary
-occurrences carry no note.
+occurrences carry no note. A job's explicit DST choices (`gap`, `repeat`) are named in the notes
+of the occurrences they touched ("skipped (dst gap: skip)", "as dst repeat: second"); a choice left
+at `cron` keeps Debian's wording.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import itertools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 
+from tickwork.domain.jobs import DstGap, DstRepeat
 from tickwork.errors import InvalidInput
 from tickwork.timing.cron import CronExpression, bisect_offset_change, first_offset_change
 
@@ -29,8 +32,17 @@ class PreviewEntry:
     note: str | None  # what a DST change did to this occurrence, if anything
 
 
-def preview_cron(expr: str, timezone: str, after: datetime, count: int) -> list[PreviewEntry]:
-    """The first `count` (1..1000) fires strictly after `after`, with DST notes."""
+def preview_cron(
+    expr: str,
+    timezone: str,
+    after: datetime,
+    count: int,
+    *,
+    gap: DstGap = DstGap.CRON,
+    repeat: DstRepeat = DstRepeat.CRON,
+) -> list[PreviewEntry]:
+    """The first `count` (1..1000) fires strictly after `after`, with DST notes, for a job
+    with these DST choices."""
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW:
         raise InvalidInput(
             "count", f"count must be a whole number from 1 to {MAX_PREVIEW}, got {count!r}"
@@ -39,12 +51,18 @@ def preview_cron(expr: str, timezone: str, after: datetime, count: int) -> list[
         raise InvalidInput(
             "after", "needs a date-time with a UTC offset, e.g. '2026-05-01T09:00:00Z'"
         )
-    cron = CronExpression.parse(expr, timezone)
+    cron = CronExpression.parse(expr, timezone, gap, repeat)
+    debian = cron.gap is DstGap.CRON and cron.repeat is DstRepeat.CRON
     entries: list[PreviewEntry] = []
     previous = after.astimezone(UTC)
     for instant in itertools.islice(cron.iter_after(previous), count):
         local = instant.astimezone(cron.zone)
-        note = _fixed_note(cron, local) if cron.fixed_time else _elapsed_note(cron, previous, local)
+        if not debian:
+            note = _choice_note(cron, previous, local)
+        elif cron.fixed_time:
+            note = _fixed_note(cron, local)
+        else:
+            note = _elapsed_note(cron, previous, local)
         entries.append(PreviewEntry(utc=instant, local=local, note=note))
         previous = instant
     return entries
@@ -109,6 +127,51 @@ def _skipped_note(cron: CronExpression, gap_start: datetime, gap_end: datetime) 
         f"in that stretch {'does' if len(skipped) == 1 else 'do'} not fire, because this "
         "expression follows elapsed time"
     )
+
+
+def _choice_note(cron: CronExpression, previous: datetime, local: datetime) -> str | None:
+    """Notes for a job with at least one explicit DST choice; the other keeps Debian's words."""
+    gap, repeat = cron.rules
+    notes: list[str | None] = []
+    for gap_start, gap_end in _gaps(cron.zone, previous, local):
+        walls = _matching_walls(cron, gap_start, gap_end)
+        if not walls:
+            continue
+        if gap is DstGap.SKIP and cron.gap is DstGap.CRON:
+            notes.append(_skipped_note(cron, gap_start, gap_end))
+        elif gap is DstGap.SKIP:
+            notes.append(
+                f"{_list_walls(walls)} {'does' if len(walls) == 1 else 'do'} not exist on "
+                f"{gap_start.date().isoformat()} in {cron.timezone} "
+                f"({_change('jump', gap_start, gap_end)}); skipped (dst gap: skip)"
+            )
+        else:
+            note = _moved_note(cron, local, walls, gap_start, gap_end)
+            notes.append(note if cron.gap is DstGap.CRON else f"{note} (dst gap: shift)")
+    if _is_repeated(local):
+        notes.append(_repeat_note(cron, local, repeat))
+    return "; ".join(note for note in notes if note) or None
+
+
+def _repeat_note(cron: CronExpression, local: datetime, repeat: DstRepeat) -> str:
+    head = (
+        f"{_hm(local)} happens twice on {local.date().isoformat()} in {cron.timezone} "
+        f"({_fall_back_phrase(cron.zone, local)})"
+    )
+    which = "second" if local.fold else "first"
+    if cron.repeat is DstRepeat.CRON:  # Debian's words for the expression's kind
+        if cron.fixed_time:
+            return f"{head}; fires once, at the first ({local.tzname()})"
+        return (
+            f"{head}; this expression follows elapsed time, so it fires at both: this is the "
+            f"{which} ({local.tzname()})"
+        )
+    if repeat is DstRepeat.SECOND:
+        first = local.replace(fold=0).tzname()
+        return f"{head}; fires at the second ({first}->{local.tzname()}), as dst repeat: second"
+    if repeat is DstRepeat.FIRST:
+        return f"{head}; fires once, at the first ({local.tzname()}), as dst repeat: first"
+    return f"{head}; fires at both: this is the {which} ({local.tzname()}), as dst repeat: both"
 
 
 # --- clock-change geometry -----------------------------------------------------------------
