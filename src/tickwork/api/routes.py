@@ -44,7 +44,7 @@ from tickwork.api.schemas import (
 )
 from tickwork.api.strict_json import bad_character
 from tickwork.clock import Clock, utc_iso
-from tickwork.domain.jobs import AlertTarget, JobState, TaskTarget, WebhookTarget
+from tickwork.domain.jobs import AlertTarget, DstGap, DstRepeat, JobState, TaskTarget, WebhookTarget
 from tickwork.domain.keys import Principal
 from tickwork.domain.runs import Run
 from tickwork.errors import InvalidInput, NotFound
@@ -406,10 +406,18 @@ async def preview(
     ] = "UTC",
     after: Annotated[Instant | None, Query(description="default: now")] = None,
     count: Annotated[int, Query(ge=1, le=1000)] = 10,
+    dst_gap: Annotated[
+        DstGap, Query(description="a wall time that does not exist: cron, shift or skip")
+    ] = DstGap.CRON,
+    dst_repeat: Annotated[
+        DstRepeat, Query(description="a wall time that happens twice: cron, first, second, both")
+    ] = DstRepeat.CRON,
 ) -> PreviewOut:
-    """The next `count` fire instants of a cron expression, with DST notes."""
+    """The next `count` fire instants of a cron expression, with DST notes, for a job with
+    these DST choices (a job's `schedule.dst`)."""
     start = ctx.clock.now() if after is None else after
-    entries = preview_cron(cron, check_zone(timezone), start, count)
+    zone = check_zone(timezone)
+    entries = preview_cron(cron, zone, start, count, gap=dst_gap, repeat=dst_repeat)
     fires = [FireOut(utc=utc_iso(e.utc), local=e.local.isoformat(), note=e.note) for e in entries]
     return PreviewOut(fires=fires)
 

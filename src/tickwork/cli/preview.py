@@ -13,6 +13,7 @@ import typer
 from tickwork.cli.app import CliFailure, app, stdout_console
 from tickwork.cli.render import fires_table, print_json
 from tickwork.clock import SystemClock, utc_iso
+from tickwork.domain.jobs import DstGap, DstRepeat
 from tickwork.timing.preview import preview_cron
 
 __all__ = ["preview"]
@@ -29,10 +30,18 @@ def preview(
     as_json: Annotated[
         bool, typer.Option("--json", help="print a JSON array of UTC instants")
     ] = False,
+    dst_gap: Annotated[
+        DstGap,
+        typer.Option(help="a wall time that does not exist (spring forward): cron, shift, skip"),
+    ] = DstGap.CRON,
+    dst_repeat: Annotated[
+        DstRepeat,
+        typer.Option(help="a wall time that happens twice (fall back): cron, first, second, both"),
+    ] = DstRepeat.CRON,
 ) -> None:
     """Show the next fire instants of a cron expression (computed locally, no API)."""
     start = _parse_instant(after, "--after") if after else SystemClock().now()
-    entries = preview_cron(cron, tz, start, count)
+    entries = preview_cron(cron, tz, start, count, gap=dst_gap, repeat=dst_repeat)
     if as_json:
         print_json([utc_iso(entry.utc) for entry in entries], indent=None)
         return
