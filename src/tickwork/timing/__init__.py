@@ -3,10 +3,12 @@
 Every function takes the instants it needs as arguments and returns aware datetimes in UTC;
 local wall time exists only inside cron evaluation.
 
-    cron         CronExpression: cronsim behind our interface, Debian cron's DST rules
+    cron         CronExpression: cronsim behind our interface, Debian cron's DST rules or a
+                 job's own DST choices (gap: shift/skip, repeat: first/second/both)
     durations    parse_duration_ms / format_duration_ms: interval lengths (ISO-8601 or seconds)
     triggers     occurrences of a domain Schedule: validate, next, first, latest, count
-    preview      preview_cron: the next fires of an expression, with DST notes
+    preview      preview_cron: the next fires of an expression, with DST notes that name a
+                 job's explicit DST choices
 
 Bad input raises tickwork.errors.InvalidInput naming the API field (`schedule.cron`,
 `schedule.timezone`, `schedule.every`, ...) and saying how to fix it. docs/cron-and-dst.md
