@@ -39,6 +39,9 @@ CLOCK_CHANGES = [
     ("America/New_York", datetime(2026, 11, 1, 6, 0, tzinfo=UTC)),
     ("Australia/Lord_Howe", datetime(2026, 4, 4, 15, 0, tzinfo=UTC)),
     ("Australia/Lord_Howe", datetime(2026, 10, 3, 15, 30, tzinfo=UTC)),
+    # Santiago changes at midnight, so a skipped or repeated hour straddles two dates.
+    ("America/Santiago", datetime(2026, 4, 5, 3, 0, tzinfo=UTC)),
+    ("America/Santiago", datetime(2026, 9, 6, 4, 0, tzinfo=UTC)),
 ]
 
 
