@@ -442,7 +442,7 @@ def _choice(kind: type[_Choice], value: str) -> _Choice:
     except ValueError:
         allowed = ", ".join(choice.value for choice in kind)
         message = f"{value!r} is not a DST choice; use one of {allowed}"
-        raise InvalidInput(field_name, message, code="invalid_dst") from None
+        raise InvalidInput(field_name, message, code="invalid") from None
 
 
 @functools.lru_cache(maxsize=4096)
