@@ -94,10 +94,12 @@ def job_detail(job: Mapping[str, Any]) -> Table:
         "id": job["id"],
         "name": job["name"],
         "tenant": job["tenant"],
-        "state": job["state"],
+        "state": _state_text(job),
         "schedule": _schedule_text(schedule),
         "window": window,
         "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
+        "overlap": str(job.get("overlap", "allow")),
+        "runs": _runs_text(job),
         **_target_rows(target),
         "signing": _signing_text(job["signing"]),
         "on failure": job["on_failure"]["url"] if job.get("on_failure") else "-",
@@ -109,6 +111,20 @@ def job_detail(job: Mapping[str, Any]) -> Table:
         "updated": job["updated_at"],
     }
     return _detail_table(f"job {job['name']}", rows)
+
+
+def _state_text(job: Mapping[str, Any]) -> str:
+    if job["state"] != "paused":
+        return str(job["state"])
+    since = f" since {job['paused_at']}" if job.get("paused_at") else ""
+    note = f": {job['pause_note']}" if job.get("pause_note") else ""
+    return f"paused{since}{note}"
+
+
+def _runs_text(job: Mapping[str, Any]) -> str:
+    fired = job.get("fired_count", 0)
+    limit = job.get("max_runs")
+    return f"{fired} fired" + ("" if limit is None else f" of at most {limit}")
 
 
 def _schedule_text(schedule: Mapping[str, Any]) -> str:
