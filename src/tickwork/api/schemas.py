@@ -596,11 +596,7 @@ Name = Annotated[
 Tenant = Annotated[str, Field(min_length=1, max_length=MAX_TENANT_CHARS)]
 
 
-MaxRuns = Annotated[
-    int,
-    BeforeValidator(_whole),
-    Field(ge=1, le=MAX_RUNS, description="complete after this many scheduled fires"),
-]
+MaxRuns = Annotated[int, Field(strict=True, ge=1, le=MAX_RUNS), BeforeValidator(_whole)]
 Overlap = Annotated[
     OverlapPolicy,
     Field(description="when the previous run is still going: allow (default), skip, ..."),
@@ -615,7 +611,9 @@ class JobCreate(_Input):
     retry: RetryIn | None = Field(None, description="default: 5 attempts, PT1S x2 up to PT5M")
     on_failure: AlertIn | None = Field(None, description="alert webhook for dead letters")
     overlap: Overlap | None = None
-    max_runs: MaxRuns | None = Field(None, description="default: no limit")
+    max_runs: MaxRuns | None = Field(
+        None, description="complete after this many scheduled fires; default: no limit"
+    )
 
     def to_domain(self) -> JobSpec:
         schedule = replace(
@@ -645,7 +643,9 @@ class JobUpdate(_Input):
     retry: RetryIn | None = None
     on_failure: AlertIn | None = None
     overlap: Overlap | None = None
-    max_runs: MaxRuns | None = Field(None, description="null: no limit")
+    max_runs: MaxRuns | None = Field(
+        None, description="complete after this many scheduled fires; null: no limit"
+    )
 
     def to_domain(self) -> JobPatch:
         on_failure: AlertTarget | Literal[Keep.KEEP] | None = KEEP
