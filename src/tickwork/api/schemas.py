@@ -71,6 +71,7 @@ from tickwork.services.rules import (
 from tickwork.services.tenants import NewSecret, TenantSigning
 from tickwork.timing.cron import TIMEZONE_FIELD, ZONE_NAMES, load_zone
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
+from tickwork.timing.preview import EndReason, SchedulePreview
 from tickwork.webhooks import MAX_SIGNING_SECRETS, fingerprint
 
 DEFAULT_TIMEOUT = "PT10S"
@@ -1036,12 +1037,52 @@ class PurgeOut(_Output):
 
 class FireOut(_Output):
     utc: InstantOut
-    local: str = Field(description="the same instant in the schedule's zone, with its offset")
-    note: str | None = Field(description="set when a DST change moved or merged this fire")
+    local: str = Field(
+        description="the same instant in a cron schedule's zone, with its offset (every, at: UTC)"
+    )
+    note: str | None = Field(
+        description="set when a DST change moved or merged this fire, or a one-shot is late"
+    )
+
+
+class EndOut(_Output):
+    reason: EndReason = Field(
+        description="max_runs, end_at, one_shot, horizon (no match within 50 years) or completed"
+    )
+    message: str
 
 
 class PreviewOut(_Output):
     fires: list[FireOut]
+    ends: EndOut | None = Field(
+        description="set when no fire follows the last one listed (or there is none): why; "
+        "null: more follow"
+    )
+
+    @classmethod
+    def of(cls, preview: SchedulePreview) -> PreviewOut:
+        return cls(**cls._fields_of(preview))
+
+    @staticmethod
+    def _fields_of(preview: SchedulePreview) -> dict[str, Any]:
+        fires = [
+            FireOut(utc=utc_iso(e.utc), local=e.local.isoformat(), note=e.note)
+            for e in preview.fires
+        ]
+        ends = preview.ends
+        end = None if ends is None else EndOut(reason=ends.reason, message=ends.message)
+        return {"fires": fires, "ends": end}
+
+
+class JobPreviewOut(PreviewOut):
+    job_id: str
+    state: JobState = Field(
+        description="paused: the fires are those it would make if resumed now; completed: none"
+    )
+
+    @classmethod
+    def of_job(cls, job: Job, preview: SchedulePreview) -> JobPreviewOut:
+        return cls(job_id=job.id, state=job.state, **cls._fields_of(preview))
 
 
 class Health(_Output):
