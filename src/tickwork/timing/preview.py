@@ -279,7 +279,7 @@ def schedule_end(schedule: Schedule) -> PreviewEnd:
     if schedule.end_at is not None:
         return PreviewEnd(
             reason=EndReason.END_AT,
-            message=f"no occurrence is left before end_at ({utc_iso(schedule.end_at)})",
+            message=f"no further occurrence falls at or before end_at ({utc_iso(schedule.end_at)})",
         )
     return PreviewEnd(
         reason=EndReason.HORIZON,
