@@ -579,6 +579,7 @@ async def test_preview_of_a_one_shot_and_of_an_open_cron(api: Api) -> None:
         ({"every": "P1M"}, "schedule.every", "invalid_duration"),
         ({"every": "PT1M", "anchor": "2026-02-01T00:00:00"}, "anchor", "invalid"),
         ({"at": "tomorrow"}, "at", "invalid"),
+        ({"at": "0.5"}, "at", "invalid"),  # not read as seconds since 1970
         (
             {"every": "PT1M", "start_at": "2026-02-02T00:00:00Z", "end_at": "2026-02-01T00:00:00Z"},
             "schedule.end_at",
@@ -598,6 +599,13 @@ async def test_preview_mistakes_are_named(
 ) -> None:
     error = error_of(await api.client.get("/v1/preview", params=params), 422)
     assert (error["field"], error["code"]) == (field, code)
+
+
+@pytest.mark.parametrize("bad", [0, 1_000_000_001, "5", True, 2.5])
+async def test_max_runs_is_a_whole_count_as_the_schema_says(api: Api, bad: Any) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=job_body(max_runs=bad)), 422)
+    assert (error["field"], error["code"]) == ("max_runs", "invalid")
+    assert (await create(api, max_runs=5.0))["max_runs"] == 5
 
 
 async def test_job_preview_starts_at_next_run_at_and_counts_max_runs(api: Api) -> None:

@@ -22,7 +22,6 @@ from tickwork.api.schemas import (
     DeadLetterList,
     ErrorOut,
     Health,
-    Instant,
     JobCreate,
     JobList,
     JobOut,
@@ -31,6 +30,7 @@ from tickwork.api.schemas import (
     PauseIn,
     PreviewOut,
     PurgeOut,
+    QueryInstant,
     RedriveOut,
     ResumeIn,
     RunDetailOut,
@@ -419,13 +419,13 @@ async def preview(
         Query(max_length=64, description="an interval: ISO-8601 (PT5M) or seconds"),
     ] = None,
     anchor: Annotated[
-        Instant | None, Query(description="every only; default: start_at, else after")
+        QueryInstant | None, Query(description="every only; default: start_at, else after")
     ] = None,
-    at: Annotated[Instant | None, Query(description="a one-shot's instant")] = None,
-    start_at: Annotated[Instant | None, Query(description="no fire before this")] = None,
-    end_at: Annotated[Instant | None, Query(description="no fire after this")] = None,
+    at: Annotated[QueryInstant | None, Query(description="a one-shot's instant")] = None,
+    start_at: Annotated[QueryInstant | None, Query(description="no fire before this")] = None,
+    end_at: Annotated[QueryInstant | None, Query(description="no fire after this")] = None,
     max_runs: MaxRunsQuery = None,
-    after: Annotated[Instant | None, Query(description="default: now")] = None,
+    after: Annotated[QueryInstant | None, Query(description="default: now")] = None,
     count: Annotated[int, Query(ge=1, le=1000)] = 10,
 ) -> PreviewOut:
     """The next `count` fires of one of a cron expression (with DST notes), an interval
@@ -452,7 +452,7 @@ async def preview_job_fires(
     who: Caller,
     job_id: str,
     after: Annotated[
-        Instant | None, Query(description="list only fires after this; default: all to come")
+        QueryInstant | None, Query(description="list only fires after this; default: all to come")
     ] = None,
     count: Annotated[int, Query(ge=1, le=1000)] = 10,
 ) -> JobPreviewOut:

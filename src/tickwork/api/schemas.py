@@ -127,6 +127,18 @@ def _in_range(when: datetime) -> datetime:
 Instant = Annotated[
     AwareDatetime, AfterValidator(_in_range), Field(examples=["2026-12-24T18:00:00Z"])
 ]
+_DATE_TIME_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ]")
+
+
+def _date_time_text(value: Any) -> Any:
+    # A query parameter is text, and pydantic reads text such as "0.5" as seconds since 1970;
+    # the schema says date-time, so only a date-time is one.
+    if isinstance(value, str) and not _DATE_TIME_TEXT.match(value):
+        raise ValueError("give an ISO-8601 date-time with an offset, e.g. 2026-12-24T18:00:00Z")
+    return value
+
+
+QueryInstant = Annotated[Instant, BeforeValidator(_date_time_text)]
 # Run ids are 64-bit in the SQL stores; a larger number is refused here, not overflowed there.
 MAX_RUN_ID = 2**63 - 1
 InstantOut = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -597,10 +609,14 @@ Name = Annotated[
 Tenant = Annotated[str, Field(min_length=1, max_length=MAX_TENANT_CHARS)]
 
 
+# The bounds sit on the int itself, before the validator that turns 5.0 into 5: after it,
+# pydantic wrote them into the JSON schema as unknown "ge"/"le" keywords, so the schema did not
+# say that 0 is refused. Strict, as WholeNumber: true, "5" and 5.5 are no counts.
 MaxRuns = Annotated[
     int,
+    Field(strict=True, ge=1, le=MAX_RUNS),
     BeforeValidator(_whole),
-    Field(ge=1, le=MAX_RUNS, description="complete after this many scheduled fires"),
+    Field(description="complete after this many scheduled fires"),
 ]
 Overlap = Annotated[
     OverlapPolicy,
