@@ -167,17 +167,25 @@ WholeNumber = Annotated[int, BeforeValidator(_whole), Field(strict=True)]
 
 
 def _one_schedule_kind(schema: dict[str, Any]) -> None:
-    """Exactly one of cron, every or at (null counts as absent), with timezone only beside
-    cron and anchor only beside every: what `ScheduleIn._one_kind` enforces."""
-    only = {"cron": ("timezone",), "every": ("anchor",), "at": ()}
+    """Exactly one of cron, every or at (null counts as absent), with timezone and dst only
+    beside cron and anchor only beside every: what `ScheduleIn._one_kind` enforces."""
+    only = {"cron": ("timezone", "dst"), "every": ("anchor",), "at": ()}
     variants = []
     for kind, companions in only.items():
-        others = [k for k in ("cron", "every", "at", "timezone", "anchor") if k != kind]
+        others = [k for k in ("cron", "every", "at", "timezone", "anchor", "dst") if k != kind]
         nulls = {k: {"type": "null"} for k in others if k not in companions}
         variants.append(
             {"required": [kind], "properties": {kind: {"not": {"type": "null"}}, **nulls}}
         )
     schema["oneOf"] = variants
+
+
+def _at_most_one_schedule_kind(schema: dict[str, Any]) -> None:
+    """A PATCH's schedule: as `_one_schedule_kind`, or none of cron, every and at (then any
+    option goes): what `ScheduleUpdate._one_kind` enforces."""
+    _one_schedule_kind(schema)
+    none = {"properties": {k: {"type": "null"} for k in ("cron", "every", "at")}}
+    schema["oneOf"].insert(0, none)
 
 
 ZoneName = Annotated[
@@ -305,7 +313,7 @@ class ScheduleUpdate(ScheduleIn):
     trigger of another kind starts from that kind's defaults; no trigger at all keeps the
     job's, with the options given (a time zone alone moves a cron job to that zone)."""
 
-    model_config = ConfigDict(json_schema_extra=None)
+    model_config = ConfigDict(json_schema_extra=_at_most_one_schedule_kind)
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScheduleUpdate:
