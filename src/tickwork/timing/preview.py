@@ -269,7 +269,11 @@ def preview_schedule(
         ends = _max_runs_end(schedule, bool(instants))
     elif following is None:
         ends = schedule_end(schedule)
-    return SchedulePreview(fires=_entries(schedule, after, instants), ends=ends)
+    # A new job's first cron fire is the first after `after`: its notes then also tell of a
+    # clock change between the two, as preview_cron's do.
+    from_after = first is None and (schedule.start_at is None or schedule.start_at <= after)
+    fires = _entries(schedule, after, instants, notes_from=after if from_after else None)
+    return SchedulePreview(fires=fires, ends=ends)
 
 
 def schedule_end(schedule: Schedule) -> PreviewEnd:
@@ -318,10 +322,16 @@ def _first_listed(
     return next_occurrence(schedule, after), passed
 
 
-def _entries(schedule: Schedule, after: datetime, instants: list[datetime]) -> list[PreviewEntry]:
+def _entries(
+    schedule: Schedule,
+    after: datetime,
+    instants: list[datetime],
+    *,
+    notes_from: datetime | None,
+) -> list[PreviewEntry]:
     trigger = schedule.trigger
     if isinstance(trigger, CronTrigger):
-        return _cron_entries(schedule, trigger, instants)
+        return _cron_entries(schedule, trigger, instants, notes_from)
     return [
         _entry(schedule, instant, instant, _late_note(trigger, instant, after))
         for instant in instants
@@ -329,7 +339,7 @@ def _entries(schedule: Schedule, after: datetime, instants: list[datetime]) -> l
 
 
 def _cron_entries(
-    schedule: Schedule, trigger: CronTrigger, instants: list[datetime]
+    schedule: Schedule, trigger: CronTrigger, instants: list[datetime], notes_from: datetime | None
 ) -> list[PreviewEntry]:
     """The cron fires with their local times and DST notes.
 
@@ -339,7 +349,7 @@ def _cron_entries(
     `preview_cron` lists too."""
     if not instants:
         return []
-    start = instants[0] - _ONE_US
+    start = instants[0] - _ONE_US if notes_from is None else notes_from
     noted = {e.utc: e for e in preview_cron(trigger.expr, trigger.timezone, start, len(instants))}
     zone = CronExpression.parse(trigger.expr, trigger.timezone).zone
     entries = []

@@ -284,6 +284,28 @@ def test_a_job_preview_after_an_instant_lists_the_rest_of_the_same_walk(
     assert [e.utc for e in preview.fires] == rest[:count]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    expr=st.sampled_from(["*/20 * * * *", "30 2 * * *", "0 * * * *", "15,45 1-3 * * *"]),
+    tz=st.sampled_from(["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]),
+    after=st.builds(
+        lambda day, seconds: (
+            datetime.fromisoformat(day).replace(tzinfo=UTC) + timedelta(seconds=seconds)
+        ),
+        st.sampled_from(["2026-03-07", "2026-03-28", "2026-04-04", "2026-10-24", "2026-10-31"]),
+        st.integers(0, 2 * 86_400),
+    ),
+    count=st.integers(1, 20),
+)
+def test_an_open_cron_schedule_previews_exactly_as_its_expression(
+    expr: str, tz: str, after: datetime, count: int
+) -> None:
+    """Notes included: what GET /v1/preview answered for a cron before it took any schedule."""
+    assert preview_schedule(cron(expr, tz), after, count).fires == preview_cron(
+        expr, tz, after, count
+    )
+
+
 # --- preview_query_schedule --------------------------------------------------------------------
 
 
