@@ -8,7 +8,7 @@
     tickwork tenants <verb>         tenants (create, list, show, delete), secrets, egress lists
     tickwork keys <verb>            API keys, in the database (create, list, revoke)
     tickwork secrets <verb>         keys for secrets at rest (keygen, reencrypt)
-    tickwork preview --cron EXPR    the next fire instants, computed locally
+    tickwork preview --cron EXPR    the next fires of a schedule (or --every, --at), locally
     tickwork cluster                schedulers, workers, partitions and queues (--watch)
 
 Output is a readable table by default; `--json` prints machine output and nothing else.
