@@ -131,7 +131,8 @@ async def test_a_day_is_replayed_paced_once_each_while_on_time_fires_go_on(
         listed = (await up.call("GET", f"/v1/jobs/{job['id']}/backfills")).json()
         assert [b["id"] for b in listed["backfills"]] == [again["id"], again["id"] - 1]
         code, out, _ = await cli(up, "jobs", "backfills", job["id"])
-        assert code == 0 and "completed" in out
+        assert code == 0
+        assert "completed" in out
         await asyncio.sleep(1.5)  # one more on-time fire after the backfill, to see it go on
     finally:
         assert await up.stop() == 0

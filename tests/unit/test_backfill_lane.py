@@ -80,7 +80,8 @@ async def test_a_day_is_replayed_in_order_at_the_backfills_rate() -> None:
         T0 - timedelta(minutes=1),
     )
     runs = await store.list_runs(j.id, limit=5000)
-    assert len(runs) == 1440 and {r.origin for r in runs} == {RunOrigin.BACKFILL}
+    assert len(runs) == 1440
+    assert {r.origin for r in runs} == {RunOrigin.BACKFILL}
     by_id = sorted(runs, key=lambda r: r.id)
     assert [r.scheduled_for for r in by_id] == [
         T0 - DAY + timedelta(minutes=m) for m in range(1440)

@@ -142,10 +142,12 @@ def test_a_slice_takes_the_smallest_of_allowance_budget_and_size() -> None:
     assert plan.origin is RunOrigin.BACKFILL
     assert plan.paced_at == now
     budgeted = plan_slice(running, now, SliceLimits(budget=4, max_slice=100))
-    assert budgeted is not None and len(budgeted.occurrences) == 4
+    assert budgeted is not None
+    assert len(budgeted.occurrences) == 4
     assert budgeted.paced_at == now - SEC + timedelta(seconds=0.4)  # the rest is kept
     small = plan_slice(running, now, SliceLimits(budget=100, max_slice=3))
-    assert small is not None and small.occurrences == (T0, T0 + MIN, T0 + 2 * MIN)
+    assert small is not None
+    assert small.occurrences == (T0, T0 + MIN, T0 + 2 * MIN)
     assert plan_slice(running, now, SliceLimits(budget=0, max_slice=3)) is None
 
 
@@ -155,7 +157,8 @@ def test_a_slice_continues_after_the_cursor_and_the_last_one_completes() -> None
     assert plan is not None
     assert plan.expected_cursor == T0 + 55 * MIN
     assert plan.occurrences == tuple(T0 + m * MIN for m in range(56, 60))
-    assert plan.completes and plan.new_cursor == T0 + 59 * MIN
+    assert plan.completes
+    assert plan.new_cursor == T0 + 59 * MIN
 
 
 def test_overlap_other_than_allow_goes_one_at_a_time() -> None:
@@ -169,4 +172,5 @@ def test_overlap_other_than_allow_goes_one_at_a_time() -> None:
 def test_a_catchup_enqueues_catchup_runs() -> None:
     b = backfill(kind=BackfillKind.CATCHUP, paced_at=T0 - 10 * SEC)
     plan = plan_slice(RunningBackfill(backfill=b, schedule=EVERY_MINUTE), T0 + 10 * SEC, WIDE)
-    assert plan is not None and plan.origin is RunOrigin.CATCHUP
+    assert plan is not None
+    assert plan.origin is RunOrigin.CATCHUP
