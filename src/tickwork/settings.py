@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     lookahead_ms: int = Field(200, ge=0, le=1000, description="claim this early; fire on time")
     max_idle_ms: int = Field(1000, ge=10, description="longest sleep without a wake-up")
     backfill_rate: float = Field(
-        50.0,
+        50,
         gt=0,
         le=100_000,
         description="occurrences per second one scheduler process enqueues for backfills and"
