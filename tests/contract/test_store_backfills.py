@@ -248,6 +248,9 @@ async def test_deleting_the_job_deletes_its_backfills(store: ScheduleStore) -> N
     with pytest.raises(NotFound):
         await store.get_backfill(backfill.id)
     assert await store.running_backfills(limit=10) == []
+    await store.create_job(job)
+    later = await store.create_backfill(new_backfill(job.id))
+    assert later.id > backfill.id  # ids are never reused
 
 
 async def test_catchup_runs_have_their_own_origin_and_keys(store: ScheduleStore) -> None:

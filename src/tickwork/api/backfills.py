@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tickwork.api.audit import noted
 from tickwork.api.auth import Caller, Writer, job_for
 from tickwork.api.routes import ERROR_RESPONSES, Ctx
-from tickwork.api.schemas import Instant, InstantOut, _Input, _Output
+from tickwork.api.schemas import Instant, InstantOut
 from tickwork.clock import utc_iso
 from tickwork.domain.backfills import (
     DEFAULT_BACKFILL_RATE,
@@ -25,6 +25,15 @@ from tickwork.errors import NotFound
 from tickwork.services.backfills import BackfillService
 
 router = APIRouter(responses=ERROR_RESPONSES)
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
 
 BackfillId = Annotated[int, Path(ge=1, le=2**63 - 1, description="a backfill's id")]
 

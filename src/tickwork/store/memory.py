@@ -89,6 +89,7 @@ class MemoryStore:
         self._audit: dict[int, AuditEntry] = {}  # by id, in id order
         self._next_audit_id = 1
         self._backfills: dict[int, Backfill] = {}  # by id, in id order
+        self._next_backfill_id = 1  # never reused, like the SQL stores' identity columns
         self._watchers = Watchers()
 
     async def open(self) -> None:
@@ -388,7 +389,8 @@ class MemoryStore:
 
     # -- backfills ---------------------------------------------------------------------------
     async def create_backfill(self, backfill: Backfill) -> Backfill:
-        stored = replace(backfill, id=max(self._backfills, default=0) + 1)
+        stored = replace(backfill, id=self._next_backfill_id)
+        self._next_backfill_id += 1
         self._backfills[stored.id] = stored
         return stored
 
