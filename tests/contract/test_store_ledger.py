@@ -52,9 +52,7 @@ async def test_a_coalescing_hand_off_whose_run_existed_names_that_run(
     )
     assert await store.claim_hand_off([again], owner="s", now=T0) == []  # the key existed
     found = await store.list_occurrences(job.id, T0 - SEC, T0, limit=BIG)
-    assert [(e.reason, e.run_id) for e in found] == [
-        (LedgerReason.COALESCED_INTO, first[0].run_id)
-    ]
+    assert [(e.reason, e.run_id) for e in found] == [(LedgerReason.COALESCED_INTO, first[0].run_id)]
 
 
 async def test_a_misfire_skip_records_the_skipped_range_without_a_run(
