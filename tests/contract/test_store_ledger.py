@@ -37,7 +37,8 @@ async def test_a_coalescing_claim_records_the_folded_range_into_its_run(
     assert [(e.first, e.last, e.count, e.reason, e.run_id) for e in found] == [
         (T0, T0 + 4 * SEC, 5, LedgerReason.COALESCED_INTO, fires[0].run_id)
     ]
-    assert found[0].recorded_at == T0 and found[0].job_id == job.id
+    assert found[0].recorded_at == T0
+    assert found[0].job_id == job.id
 
 
 async def test_a_coalescing_hand_off_whose_run_existed_names_that_run(

@@ -146,7 +146,7 @@ async def _check(store: ScheduleStore, job_id: str, now: datetime) -> None:
     for span in ranges:
         inside = occurrences_of(job.schedule, span.first, span.last)
         assert len(inside) == span.count, span
-        assert inside[0] == span.first and inside[-1] == span.last, span
+        assert (inside[0], inside[-1]) == (span.first, span.last), span
         recorded.update(inside)
     # Up to the job's next occurrence: everything it passed, claimed ahead or not.
     horizon = now + FAR if job.state is JobState.COMPLETED else job.next_run_at
