@@ -88,7 +88,7 @@ schedules = st.builds(
     triggers,
     st.sampled_from(list(MisfirePolicy)),
     st.sampled_from([0, 1000, 30_000]),
-    st.one_of(st.none(), st.integers(600, 7200)),
+    st.one_of(st.none(), st.integers(3 * 3600, 6 * 3600)),
 )
 steps = st.lists(
     st.one_of(

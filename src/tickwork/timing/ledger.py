@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from tickwork.domain.jobs import Job, JobState, Schedule
+from tickwork.domain.jobs import CronTrigger, EveryTrigger, Job, JobState, Schedule
 from tickwork.domain.occurrences import LedgerRange, LedgerReason
 from tickwork.domain.runs import Run, RunOrigin, RunStatus
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
@@ -168,7 +168,7 @@ def _unrecorded(
     job was created (a cron job created at 10:00:30 starts with 10:01)."""
     pending_from = job.next_run_at if job.state is not JobState.COMPLETED else None
     found: list[Entry] = []
-    instant = next_occurrence(job.schedule, max(start, job.created_at.astimezone(UTC)) - _ONE_US)
+    instant = next_occurrence(job.schedule, _implied_after(job, start))
     while instant is not None and instant <= end and len(found) < limit:
         span = next((s for s in spans if s.first <= instant <= s.last), None)
         if span is not None:
@@ -184,6 +184,19 @@ def _unrecorded(
                 found.append(Entry(at=instant, outcome=Outcome.UNKNOWN, reason=unknown))
         instant = next_occurrence(job.schedule, instant)
     return found
+
+
+def _implied_after(job: Job, start: datetime) -> datetime:
+    """The instant after which the job's occurrences from `start` on count: not before it
+    was created, as `first_fire` armed it (a cron job's first fire is strictly after its
+    creation, an interval's may be at it; a one-shot's instant always counts)."""
+    after = start - _ONE_US
+    created = job.created_at.astimezone(UTC)
+    if isinstance(job.schedule.trigger, CronTrigger):
+        return max(after, created)
+    if isinstance(job.schedule.trigger, EveryTrigger):
+        return max(after, created - _ONE_US)
+    return after
 
 
 def _pending(job: Job, instant: datetime) -> Entry:
