@@ -313,10 +313,9 @@ INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, re
 VALUES (:job_id, :first_us, :last_us, :count, :reason, :run_id, :recorded_us)
 
 -- name: list_ledger
--- One job's ledger ranges that overlap [:from_us, :to_us], oldest first (tw_occurrences_job
--- finds the job's rows from the window's start; a range that began earlier is caught by its
--- last_us, read from the same index range since ranges never overlap and the scan is bounded
--- by :to_us).
+-- One job's ledger ranges that overlap [:from_us, :to_us], oldest first: tw_occurrences_job
+-- (job_id, first_us) reads the job's ranges that begin by :to_us, in order, and last_us
+-- filters out those that ended before :from_us (a job keeps only the retention's worth).
 SELECT {ledger_columns} FROM tw_occurrences
 WHERE job_id = :job_id AND first_us <= :to_us AND last_us >= :from_us
 ORDER BY first_us, id LIMIT :limit
