@@ -79,16 +79,18 @@ triggers = st.one_of(
     ),
 )
 schedules = st.builds(
-    lambda trigger, misfire, grace_ms, end_s: Schedule(
+    lambda trigger, misfire, grace_ms, end_s, max_runs: Schedule(
         trigger=trigger,
         misfire=misfire,
         misfire_grace_ms=grace_ms,
         end_at=None if end_s is None else START + timedelta(seconds=end_s),
+        max_runs=max_runs,
     ),
     triggers,
     st.sampled_from(list(MisfirePolicy)),
     st.sampled_from([0, 1000, 30_000]),
     st.one_of(st.none(), st.integers(3 * 3600, 6 * 3600)),
+    st.one_of(st.none(), st.integers(1, 30)),
 )
 steps = st.lists(
     st.one_of(
@@ -102,7 +104,11 @@ steps = st.lists(
 )
 
 
-async def _drive(store: ScheduleStore, schedule: Schedule, plan: list[Step]) -> None:
+async def _drive(
+    store: ScheduleStore, schedule: Schedule, plan: list[Step], *, hand_off: bool
+) -> None:
+    """Run `plan`; the scheduler fires in process, or hands its fires off (`hand_off`: the
+    other claim statement)."""
     clock = ManualClock(START)
     jobs = JobService(store, clock)
     job = await jobs.create(JobSpec(name="p", schedule=schedule, target=TARGET))
@@ -111,7 +117,8 @@ async def _drive(store: ScheduleStore, schedule: Schedule, plan: list[Step]) -> 
         assert all(isinstance(f, Fire) for f in fires)  # type: ignore[attr-defined]
 
     def new_scheduler() -> SchedulerService:
-        return SchedulerService(store, clock, SchedulerConfig(node_id="n"), dispatch=dispatch)
+        executor = None if hand_off else dispatch
+        return SchedulerService(store, clock, SchedulerConfig(node_id="n"), dispatch=executor)
 
     scheduler = new_scheduler()
     for step in plan:
@@ -148,8 +155,14 @@ async def _check(store: ScheduleStore, job_id: str, now: datetime) -> None:
         assert len(inside) == span.count, span
         assert (inside[0], inside[-1]) == (span.first, span.last), span
         recorded.update(inside)
-    # Up to the job's next occurrence: everything it passed, claimed ahead or not.
+    # Up to the job's next occurrence: everything it passed, claimed ahead or not; a job that
+    # completed at max_runs implies nothing after its last fire.
     horizon = now + FAR if job.state is JobState.COMPLETED else job.next_run_at
+    max_runs = job.schedule.max_runs
+    if max_runs is not None and job.fired_count >= max_runs:
+        assert job.state is JobState.COMPLETED
+        assert job.last_fired_at is not None
+        horizon = job.last_fired_at + timedelta(microseconds=1)
     assert horizon is not None
     implied = occurrences_of(job.schedule, job.created_at, horizon - timedelta(microseconds=1))
     doubled = {t: n for t, n in recorded.items() if n > 1}
@@ -167,24 +180,25 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 @SETTINGS
-@given(schedule=schedules, plan=steps)
+@given(schedule=schedules, plan=steps, hand_off=st.booleans())
 def test_every_implied_occurrence_has_one_record_in_memory(
-    schedule: Schedule, plan: list[Step]
+    schedule: Schedule, plan: list[Step], hand_off: bool
 ) -> None:
-    asyncio.run(_drive(MemoryStore(clock=ManualClock(START)), schedule, plan))
+    store = MemoryStore(clock=ManualClock(START))
+    asyncio.run(_drive(store, schedule, plan, hand_off=hand_off))
 
 
 @settings(SETTINGS, max_examples=25)
-@given(schedule=schedules, plan=steps)
+@given(schedule=schedules, plan=steps, hand_off=st.booleans())
 def test_every_implied_occurrence_has_one_record_in_sqlite(
-    schedule: Schedule, plan: list[Step]
+    schedule: Schedule, plan: list[Step], hand_off: bool
 ) -> None:
     async def on_sqlite() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             store = SqliteStore(Path(tmp) / "ledger.db")
             await store.open()
             try:
-                await _drive(store, schedule, plan)
+                await _drive(store, schedule, plan, hand_off=hand_off)
             finally:
                 await store.close()
 
