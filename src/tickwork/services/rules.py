@@ -343,10 +343,11 @@ def resumed(job: Job, now: datetime, *, catch_up: bool = False) -> Job:
     """The job scheduled again, its pause note cleared; the same object if it already is
     scheduled (nothing to write).
 
-    From now by default: occurrences that fell while it was paused are skipped. With
-    `catch_up`, its next_run_at is the first occurrence after it was paused, so the scheduler
-    finds those occurrences missed and applies the job's misfire policy to them (coalesce:
-    one run for the latest; fire_all: each of them; skip: none)."""
+    From now by default: occurrences that fell while it was paused are skipped (the job
+    service records them in the ledger as `paused`). With `catch_up`, its next_run_at is its
+    first occurrence not claimed when it was paused, so the scheduler finds those occurrences
+    missed and applies the job's misfire policy to them (coalesce: one run for the latest;
+    fire_all: each of them; skip: none)."""
     if job.state is JobState.COMPLETED:
         raise Conflict(f"job {job.id!r} is completed; give it a new schedule (PATCH) to re-arm it")
     if job.state is JobState.SCHEDULED:
