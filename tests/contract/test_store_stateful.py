@@ -65,6 +65,7 @@ from tickwork.domain.jobs import (
     WebhookTarget,
 )
 from tickwork.domain.keys import ApiKey, Role, hash_key
+from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome, RunStatus
 from tickwork.errors import InvalidInput, TickworkError
@@ -80,6 +81,7 @@ BACKENDS = ("memory", "sqlite", "postgres")
 # Half an hour before Europe/Berlin's spring-forward (01:00 UTC), with a fraction of a second.
 T0 = datetime(2026, 3, 29, 0, 30, 0, 250_000, tzinfo=UTC)
 SEC = timedelta(seconds=1)
+DAY = timedelta(days=1)
 MS = timedelta(milliseconds=1)
 US = timedelta(microseconds=1)
 BIG = 10_000  # a limit no example reaches: which rows a smaller one picks is left open
@@ -96,7 +98,14 @@ OWNERS = ("w1", "w2")
 SECRETS = tuple("whsec_" + base64.b64encode(bytes([n]) * 32).decode() for n in range(1, 4))
 RETRY = RetryPolicy(max_attempts=3, base_delay_ms=250, max_delay_ms=1000, multiplier=3.0)
 ALERT = AlertTarget(url="http://127.0.0.1:9/alert", headers={"x-pager": "ops"})
-RESET_SQL = ("tw_attempts", "tw_runs", "tw_jobs", "tw_tenants", "tw_api_keys")
+RESET_SQL = (
+    "tw_attempts",
+    "tw_runs",
+    "tw_occurrences",
+    "tw_jobs",
+    "tw_tenants",
+    "tw_api_keys",
+)
 KEY_IDS = tuple(f"key-{n}" for n in range(1, 5))  # create_key draws from these: some collide
 KEY_HASHES = tuple(hash_key(f"tw_0000000{n}_secret") for n in range(1, 5))
 
@@ -219,9 +228,9 @@ class StoresAgree(RuleBasedStateMachine):
         self.last_seen: dict[str, Job] = {}  # each job as last read, to edit it once deleted
         self.ids: dict[str, dict[str, int]] = {}  # occurrence key -> backend -> run id
         self.keys: dict[str, dict[int, str]] = {name: {} for name in BACKENDS}
-        # A manual run's key ends in a random tag (domain.runs.manual_key), so each backend's
-        # differs: the others' are known by memory's.
-        self.aliases: dict[str, str] = {}
+        # A manual run's key ends in a random tag, different on each backend: each backend's
+        # key maps to one name shared by all (what the views compare).
+        self.manual_keys: dict[str, dict[str, str]] = {name: {} for name in BACKENDS}
         self.old_plans: list[ClaimPlan] = []
 
     @property
@@ -257,7 +266,11 @@ class StoresAgree(RuleBasedStateMachine):
             )
         return results["memory"]
 
+    def shared_key(self, name: str, key: str) -> str:
+        return self.manual_keys[name].get(key, key)
+
     def learn(self, name: str, run_id: int, key: str) -> None:
+        key = self.shared_key(name, key)
         self.ids.setdefault(key, {})[name] = run_id
         self.keys[name][run_id] = key
 
@@ -274,19 +287,19 @@ class StoresAgree(RuleBasedStateMachine):
 
     def fire_view(self, name: str, fires: list[Fire]) -> list[Fire]:
         for fire in fires:
-            self.learn(name, fire.run_id, self.canon(fire.key))
-        seen = (replace(f, run_id=0, key=self.canon(f.key)) for f in fires)
-        return sorted(seen, key=lambda f: f.key)
+            self.learn(name, fire.run_id, fire.key)
+        shared = (replace(f, run_id=0, key=self.shared_key(name, f.key)) for f in fires)
+        return sorted(shared, key=lambda f: f.key)
 
     def envelope_view(self, name: str, envelopes: list[Envelope]) -> list[Envelope]:
         for envelope in envelopes:
-            self.learn(name, envelope.run_id, self.canon(envelope.key))
-        seen = (replace(e, run_id=0, key=self.canon(e.key)) for e in envelopes)
-        return sorted(seen, key=lambda e: e.key)
+            self.learn(name, envelope.run_id, envelope.key)
+        shared = (replace(e, run_id=0, key=self.shared_key(name, e.key)) for e in envelopes)
+        return sorted(shared, key=lambda e: e.key)
 
     def run_view(self, name: str, run: Run) -> Run:
-        self.learn(name, run.id, self.canon(run.key))
-        return replace(run, id=0, key=self.canon(run.key))
+        self.learn(name, run.id, run.key)
+        return replace(run, id=0, key=self.shared_key(name, run.key))
 
     def runs_view(self, name: str, runs: list[Run]) -> list[Run]:
         return [self.run_view(name, run) for run in runs]  # order kept: it is specified
@@ -582,10 +595,10 @@ class StoresAgree(RuleBasedStateMachine):
         job_id = data.draw(st.sampled_from(self.job_ids), label="job")
         now = self.now
         results = self.each(lambda _, s: s.add_manual_run(job_id, now=now))
-        if isinstance(results["memory"], Run):
-            for run in results.values():
-                if isinstance(run, Run):
-                    self.aliases[run.key] = results["memory"].key
+        shared = f"{job_id}:manual#{sum(len(keys) for keys in self.manual_keys.values())}"
+        for name, run in results.items():
+            if isinstance(run, Run):
+                self.manual_keys[name][run.key] = shared
         self.agree("add_manual_run", results, self.run_view)
 
     @precondition(lambda self: self.ids)
@@ -773,6 +786,27 @@ class StoresAgree(RuleBasedStateMachine):
             self.each(lambda _, s: s.list_runs(job_id, limit=BIG)),
             self.runs_view,
         )
+        lo, hi = T0 - 400 * DAY, self.now + 400 * DAY
+        self.agree(
+            f"runs_scheduled_between({job_id})",
+            self.each(lambda _, s: s.runs_scheduled_between(job_id, lo, hi, limit=BIG)),
+            self.runs_view,
+        )
+        self.agree(
+            f"list_occurrences({job_id})",
+            self.each(lambda _, s: s.list_occurrences(job_id, lo, hi, limit=BIG)),
+            self.ledger_view,
+        )
+
+    def ledger_view(self, name: str, ranges: list[LedgerRange]) -> list[tuple[str, Any]]:
+        """Ledger ranges with their backend's ids replaced by the runs' keys."""
+        return [
+            (
+                "" if r.run_id is None else self.key(name, r.run_id),
+                replace(r, id=None, run_id=None),
+            )
+            for r in ranges
+        ]
 
     def check_run(self, key: str) -> None:
         self.agree(

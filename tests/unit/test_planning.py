@@ -45,6 +45,34 @@ def test_misfire_policies(
     assert (plan.job_id, plan.expected_fence, plan.expected_next_run_at) == ("j", 3, T0)
 
 
+@pytest.mark.parametrize(
+    ("policy", "now", "missed"),
+    [
+        (MisfirePolicy.COALESCE, T0 + 0.5 * S, None),  # on time: nothing missed
+        (MisfirePolicy.FIRE_ALL, T0 + 10.5 * S, None),  # each fires in turn: nothing missed
+        (MisfirePolicy.COALESCE, T0 + 1.5 * S, (T0, T0)),  # T0 folded into T0+1
+        (MisfirePolicy.COALESCE, T0 + 2.5 * S, (T0, T0 + S)),  # T0, T0+1 folded into T0+2
+        (MisfirePolicy.COALESCE, T0 + 10.5 * S, (T0, T0 + 9 * S)),
+        (MisfirePolicy.SKIP, T0 + 1.5 * S, (T0, T0 + S)),  # both skipped, T0+2 is next
+        (MisfirePolicy.SKIP, T0 + 10.5 * S, (T0, T0 + 10 * S)),
+    ],
+)
+def test_a_late_plan_names_the_range_it_folds_or_skips_for_the_ledger(
+    policy: MisfirePolicy, now: datetime, missed: tuple[datetime, datetime] | None
+) -> None:
+    plan = plan_claim(due(every_second(policy)), now)
+    found = None if plan.missed_first is None else (plan.missed_first, plan.missed_last)
+    assert found == missed
+    if missed is not None:  # `coalesced` counts exactly the occurrences of the range
+        assert plan.coalesced == round((missed[1] - missed[0]) / S) + 1
+
+
+def test_a_cron_coalesce_range_ends_at_the_occurrence_before_the_fire() -> None:
+    schedule = Schedule(trigger=CronTrigger(expr="*/5 * * * *", timezone="Europe/Berlin"))
+    plan = plan_claim(due(schedule), T0 + timedelta(minutes=31))
+    assert (plan.missed_first, plan.missed_last) == (T0, T0 + timedelta(minutes=25))
+
+
 def test_claim_ahead_fires_the_future_instant_not_now() -> None:
     plan = plan_claim(due(every_second(), T0 + S), T0 + timedelta(milliseconds=970))
     assert (plan.scheduled_for, plan.new_next_run_at) == (T0 + S, T0 + 2 * S)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
@@ -16,6 +17,7 @@ from tickwork.api.audit import noted
 from tickwork.api.auth import Caller, Writer, caller, job_for, tenant_scope, visible_tenant
 from tickwork.api.egress import check_destination
 from tickwork.api.errors import error_response
+from tickwork.api.occurrence_schemas import ExplainOut, OccurrenceList, OccurrenceOut
 from tickwork.api.schemas import (
     MAX_RUN_ID,
     NOT_BLANK,
@@ -43,7 +45,7 @@ from tickwork.api.schemas import (
     documented,
 )
 from tickwork.api.strict_json import bad_character
-from tickwork.clock import Clock
+from tickwork.clock import Clock, utc_iso
 from tickwork.domain.jobs import AlertTarget, DstGap, DstRepeat, JobState, TaskTarget, WebhookTarget
 from tickwork.domain.keys import Principal
 from tickwork.domain.runs import Run
@@ -51,6 +53,7 @@ from tickwork.errors import InvalidInput, NotFound
 from tickwork.services.dead_letters import DeadLetterService, NotDeadLettered
 from tickwork.services.job_preview import preview_job
 from tickwork.services.jobs import KEEP, JobService, unknown_tenant
+from tickwork.services.occurrences import MAX_ENTRIES, OccurrenceService
 from tickwork.services.rules import MAX_RUNS
 from tickwork.services.tenants import TenantService
 from tickwork.store.base import JobQuery, ScheduleStore
@@ -255,6 +258,44 @@ async def resume_job(
     job_for(who, await ctx.jobs.get(job_id))
     catch_up = body is not None and body.catch_up
     return JobOut.of(await ctx.jobs.resume(job_id, catch_up=catch_up))
+
+
+@v1.get("/jobs/{job_id}/occurrences", tags=["jobs"])
+async def job_occurrences(
+    ctx: Ctx,
+    who: Caller,
+    job_id: str,
+    start: Annotated[
+        QueryInstant | None, Query(alias="from", description="default: `to` minus 1 day")
+    ] = None,
+    end: Annotated[
+        QueryInstant | None, Query(alias="to", description="default: now + 1 day")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_ENTRIES)] = 100,
+) -> OccurrenceList:
+    """Every occurrence of the job in [from, to] (at most 366 days) with its one outcome:
+    fired (its run), skipped, coalesced, paused, scheduled...; a ledger range of alike
+    occurrences is one entry (`count`, `last`); manual and backfill runs are listed too."""
+    job = job_for(who, await ctx.jobs.get(job_id))
+    end = ctx.clock.now() + timedelta(days=1) if end is None else end
+    start = end - timedelta(days=1) if start is None else start
+    entries = await OccurrenceService(ctx.store, ctx.clock).window(job, start, end, limit)
+    cut = entries[-1] if len(entries) == limit else None
+    next_from = None if cut is None else utc_iso((cut.last or cut.at) + timedelta(milliseconds=1))
+    return OccurrenceList(occurrences=[OccurrenceOut.of(e) for e in entries], next_from=next_from)
+
+
+@v1.get("/jobs/{job_id}/explain", tags=["jobs"])
+async def explain_occurrence(
+    ctx: Ctx,
+    who: Caller,
+    job_id: str,
+    at: Annotated[QueryInstant | None, Query(description="default: now")] = None,
+) -> ExplainOut:
+    """What happened, or will happen, to the job's occurrence at or after `at`, and why."""
+    job = job_for(who, await ctx.jobs.get(job_id))
+    when = ctx.clock.now() if at is None else at
+    return ExplainOut.of(await OccurrenceService(ctx.store, ctx.clock).explain(job, when))
 
 
 @v1.post("/jobs/{job_id}/trigger", status_code=202, tags=["jobs"])

@@ -3,6 +3,7 @@
     tickwork up                     API + scheduler + executor in one process
     tickwork db upgrade             bring the database schema up to date
     tickwork jobs <verb>            talk to a running API (create, list, get, pause, ...)
+    tickwork jobs explain JOB       what happened to an occurrence, and why (also `occurrences`)
     tickwork runs show RUN_ID       one run with its attempts
     tickwork dlq <verb>             the dead-letter queue (list, show, redrive, purge)
     tickwork tenants <verb>         tenants (create, list, show, delete), secrets, egress lists
@@ -19,7 +20,7 @@ The package: `app` (the command tree, `run` and its failure handling), `client` 
 API client), `render` (tables and JSON), `options` (shared flags), and one module per command
 group, each registering its commands on the tree when imported: `serve` (`up`, the single
 roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs show`), `backfills`
-(`jobs backfill`, `jobs backfills`), `dlq`,
+(`jobs backfill`, `jobs backfills`), `occurrences` (`jobs occurrences`, `jobs explain`), `dlq`,
 `tenants`, `keys` and `secrets`. A root option, `--api-key`, gives the key the API commands send.
 """
 
@@ -29,7 +30,7 @@ roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs
 from tickwork.cli import serve  # noqa: F401
 
 # isort: split
-from tickwork.cli import cluster, dlq, jobs, keys, preview, secrets, tenants  # noqa: F401
+from tickwork.cli import cluster, dlq, jobs, keys, occurrences, preview, secrets, tenants  # noqa: F401
 
 # isort: split
 from tickwork.cli import backfills  # noqa: F401  (`jobs backfill`, after the other jobs verbs)

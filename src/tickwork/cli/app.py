@@ -226,6 +226,7 @@ _FLAGS: Final = {
     "from": "--from",
     "to": "--to",
     "rate": "--rate",
+    "at": "--at",
     "database_url": "--db",
     "host": "--host",
     "port": "--port",

@@ -25,6 +25,8 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     coalesce fires the latest missed occurrence once and counts the ones folded into it;
     fire_all fires the oldest and lets the following ones come due one by one;
     skip fires nothing and moves on to the first occurrence after `now`.
+    The plan names the range of occurrences folded or skipped (`missed_first`..`missed_last`,
+    `coalesced` of them) for the claim to record in the occurrence ledger.
     """
     # In UTC: arithmetic on an instant given in a zone with DST is wall-clock arithmetic in
     # Python, and inside a fall-back hour it planned a different occurrence (a property test
@@ -42,7 +44,12 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     latest = due.next_run_at if latest is None else latest
     folded = count_occurrences(schedule, after=due.next_run_at, until=latest)
     if policy is MisfirePolicy.COALESCE:
-        return _plan(due, fire=latest, coalesced=folded, epoch=epoch)
+        # Folded: the occurrences from the due one up to (not including) the one fired.
+        before = latest_occurrence(
+            schedule, at_or_before=latest.astimezone(UTC) - _ONE_US, not_before=due.next_run_at
+        )
+        missed = (due.next_run_at, before) if folded and before is not None else None
+        return _plan(due, fire=latest, coalesced=folded, epoch=epoch, missed=missed)
     return ClaimPlan(
         job_id=due.job_id,
         expected_fence=due.fence_token,
@@ -50,11 +57,23 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
         scheduled_for=None,
         coalesced=folded + 1,
         new_next_run_at=next_occurrence(schedule, now),
+        missed_first=due.next_run_at,
+        missed_last=latest,
         epoch=epoch,
     )
 
 
-def _plan(due: DueJob, *, fire: datetime, coalesced: int, epoch: int | None) -> ClaimPlan:
+_ONE_US = timedelta(microseconds=1)
+
+
+def _plan(
+    due: DueJob,
+    *,
+    fire: datetime,
+    coalesced: int,
+    epoch: int | None,
+    missed: tuple[datetime, datetime] | None = None,
+) -> ClaimPlan:
     max_runs = due.schedule.max_runs
     last = max_runs is not None and due.fired_count + 1 >= max_runs
     return ClaimPlan(
@@ -65,6 +84,8 @@ def _plan(due: DueJob, *, fire: datetime, coalesced: int, epoch: int | None) -> 
         coalesced=coalesced,
         # The fire that reaches max_runs completes the job (the claim counts it).
         new_next_run_at=None if last else next_occurrence(due.schedule, fire),
+        missed_first=None if missed is None else missed[0],
+        missed_last=None if missed is None else missed[1],
         epoch=epoch,
     )
 

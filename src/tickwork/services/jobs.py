@@ -25,6 +25,7 @@ from typing import Final, Literal
 from tickwork.clock import Clock
 from tickwork.domain.jobs import AlertTarget, Job, JobState, Schedule, Target, WebhookTarget
 from tickwork.domain.masking import restore_headers, restore_url
+from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.domain.tenants import Tenant
@@ -41,6 +42,7 @@ from tickwork.services.rules import (
 )
 from tickwork.services.tenants import check_job_egress
 from tickwork.store.base import JobQuery, ScheduleStore
+from tickwork.timing.ledger import paused_range
 
 __all__ = [
     "KEEP",
@@ -150,8 +152,14 @@ class JobService:
     async def list(self, query: JobQuery) -> list[Job]:
         return await self._store.list_jobs(query)
 
-    async def _edit(self, job_id: str, change: Callable[[Job, datetime], Job]) -> Job:
-        """Read, change and write back with the store's compare-and-set on the fence token.
+    async def _edit(
+        self,
+        job_id: str,
+        change: Callable[[Job, datetime], Job],
+        ledger: Callable[[Job, Job, datetime], LedgerRange | None] | None = None,
+    ) -> Job:
+        """Read, change and write back with the store's compare-and-set on the fence token,
+        with what `ledger` says the change passed over (before, after, now) recorded with it.
 
         A scheduler claiming the job in between makes the write stale; the change is then
         re-applied to the fresh job, so an edit never undoes a claim (no lost advance, no
@@ -159,10 +167,14 @@ class JobService:
         """
         for _ in range(EDIT_ATTEMPTS):
             job = await self._store.get_job(job_id)
-            edited = change(job, self._clock.now())
+            now = self._clock.now()
+            edited = change(job, now)
             if edited is job:
                 return job
+            passed = None if ledger is None else ledger(job, edited, now)
             try:
+                if passed is not None:
+                    return await self._store.update_job(edited, ledger=[passed])
                 return await self._store.update_job(edited)
             except StaleJob:
                 continue
@@ -187,7 +199,13 @@ class JobService:
         return await self._edit(job_id, lambda job, now: paused(job, now, note))
 
     async def resume(self, job_id: str, *, catch_up: bool = False) -> Job:
-        return await self._edit(job_id, lambda job, now: resumed(job, now, catch_up=catch_up))
+        """Resume; the occurrences that fell while paused are recorded in the ledger as
+        `paused`, in the same write, unless `catch_up` hands them to the misfire policy."""
+        return await self._edit(
+            job_id,
+            lambda job, now: resumed(job, now, catch_up=catch_up),
+            None if catch_up else paused_range,
+        )
 
     async def trigger(self, job_id: str) -> Run:
         """Fire the job once now, outside its schedule, whatever its state."""

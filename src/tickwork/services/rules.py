@@ -343,20 +343,25 @@ def resumed(job: Job, now: datetime, *, catch_up: bool = False) -> Job:
     """The job scheduled again, its pause note cleared; the same object if it already is
     scheduled (nothing to write).
 
-    From now by default: occurrences that fell while it was paused are skipped. With
-    `catch_up`, its next_run_at is the first occurrence after it was paused, so the scheduler
-    finds those occurrences missed and applies the job's misfire policy to them (coalesce:
-    one run for the latest; fire_all: each of them; skip: none)."""
+    From now by default: occurrences that fell while it was paused are skipped (the job
+    service records them in the ledger as `paused`). With `catch_up`, its next_run_at is its
+    first occurrence not claimed when it was paused, so the scheduler finds those occurrences
+    missed and applies the job's misfire policy to them (coalesce: one run for the latest;
+    fire_all: each of them; skip: none)."""
     if job.state is JobState.COMPLETED:
         raise Conflict(f"job {job.id!r} is completed; give it a new schedule (PATCH) to re-arm it")
     if job.state is JobState.SCHEDULED:
         return job
+    # A paused job keeps next_run_at: its first occurrence not claimed yet. Not the first one
+    # after paused_at: the scheduler claims up to its look-ahead early, so that one may have
+    # fired already (replanning it recorded it twice in the ledger; a property test found it).
+    kept = job.next_run_at
     if catch_up and job.paused_at is not None:
-        next_run_at = next_occurrence(job.schedule, job.paused_at)
-        if next_run_at is not None and job.next_run_at is not None:
-            next_run_at = min(next_run_at, job.next_run_at)  # not yet fired when paused
+        next_run_at = kept if kept is not None else next_occurrence(job.schedule, job.paused_at)
     else:
         next_run_at = first_occurrence(job.schedule, now)
+        if next_run_at is not None and kept is not None and next_run_at < kept:
+            next_run_at = kept  # claimed ahead just before the pause: fired already
     state = JobState.SCHEDULED if next_run_at is not None else JobState.COMPLETED
     return replace(
         job, state=state, next_run_at=next_run_at, pause_note=None, paused_at=None, updated_at=now

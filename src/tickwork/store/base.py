@@ -45,6 +45,7 @@ from tickwork.domain.backfills import Backfill, BackfillSlice, RunningBackfill
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState, Schedule
 from tickwork.domain.keys import ApiKey
+from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.partitions import DueHead, Node, PartitionLease
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome
 from tickwork.domain.tenants import Tenant
@@ -110,6 +111,10 @@ class ClaimPlan:
     scheduled_for: datetime | None  # the occurrence to fire; None fires nothing (misfire skip)
     coalesced: int  # missed occurrences folded into this fire (or skipped, if nothing fires)
     new_next_run_at: datetime | None  # None: the job is completed
+    # The occurrences `coalesced` counts, as the ledger's range (first and last nominal
+    # instants): the claim records them, coalesced into its run or skipped for misfire.
+    missed_first: datetime | None = None
+    missed_last: datetime | None = None
     # The epoch of the job's partition lease the claimer holds; None claims without that check
     # (a tool, a test, a single process that holds every partition by construction).
     epoch: int | None = None
@@ -221,10 +226,11 @@ class JobStore(Protocol):
         `query.limit`, after `query.after_id` (keyset pagination)."""
         ...
 
-    async def update_job(self, job: Job) -> Job:
+    async def update_job(self, job: Job, *, ledger: Sequence[LedgerRange] = ()) -> Job:
         """Overwrite the job's editable fields, state and next_run_at, if its fence token is
-        still `job.fence_token` (compare-and-set: an edit never undoes a claim it did not see).
-        Returns the job as stored. Wakes the watchers of "jobs".
+        still `job.fence_token` (compare-and-set: an edit never undoes a claim it did not see),
+        and record `ledger` (occurrence ranges a resume passed over) in the same transaction:
+        both or neither. Returns the job as stored. Wakes the watchers of "jobs".
 
         Raises NotFound, or StaleJob when the job was claimed since it was read (re-read it
         and apply the edit again).
@@ -507,6 +513,21 @@ class HistoryStore(Protocol):
         """One run as it is now. Raises NotFound."""
         ...
 
+    async def runs_scheduled_between(
+        self, job_id: str, start: datetime, end: datetime, *, limit: int
+    ) -> list[Run]:
+        """One job's runs whose nominal instant (`scheduled_for`) lies in [start, end], oldest
+        first, at most `limit` (every origin: scheduled, manual, backfill, catch-up)."""
+        ...
+
+    async def list_occurrences(
+        self, job_id: str, start: datetime, end: datetime, *, limit: int
+    ) -> list[LedgerRange]:
+        """One job's occurrence-ledger ranges that overlap [start, end], oldest first, at most
+        `limit`. The claims write them (coalesced into a run, skipped for misfire) and
+        `update_job` does (a resume passing over a pause)."""
+        ...
+
     async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
         """Every recorded attempt of a run (one per applied outcome), oldest first. Raises
         NotFound if the run does not exist."""
@@ -537,8 +558,9 @@ class HistoryStore(Protocol):
         ...
 
     async def prune_history(self, *, finished_before: datetime, limit: int) -> int:
-        """Delete up to `limit` attempts and finished runs (not dead letters) that finished
-        before the cutoff; returns how many rows went. Call until it returns 0.
+        """Delete up to `limit` attempts, finished runs (not dead letters) that finished
+        before the cutoff and occurrence-ledger ranges recorded before it; returns how many rows
+        went. Call until it returns 0.
 
         Dead letters and their attempts stay (until redriven or purged). On PostgreSQL only the
         DEFAULT partition's attempts are deleted here: daily partitions go whole, by

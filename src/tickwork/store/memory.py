@@ -23,6 +23,7 @@ from tickwork.domain.backfills import (
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
+from tickwork.domain.occurrences import LedgerRange, LedgerReason
 from tickwork.domain.partitions import (
     DEFAULT_PARTITIONS,
     DueHead,
@@ -80,6 +81,8 @@ class MemoryStore:
         self._attempts: list[AttemptRecord] = []
         self._next_attempt_id = 1
         self._next_run_id = 1
+        self._ledger: list[LedgerRange] = []  # in id order
+        self._next_ledger_id = 1
         # Like a migrated database (0006), it starts with the `default` tenant.
         started = self._clock.now()
         self._tenants: dict[str, Tenant] = {
@@ -121,7 +124,7 @@ class MemoryStore:
         out = [j for j in jobs if _matches(j, query)]
         return out[: query.limit]
 
-    async def update_job(self, job: Job) -> Job:
+    async def update_job(self, job: Job, *, ledger: Sequence[LedgerRange] = ()) -> Job:
         current = await self.get_job(job.id)
         if current.fence_token != job.fence_token:
             raise StaleJob(f"job {job.id!r} was claimed since it was read")
@@ -133,8 +136,14 @@ class MemoryStore:
             fired_count=current.fired_count,
         )
         self._jobs[job.id] = stored
+        for entry in ledger:
+            self._record(entry)
         self._watchers.notify("jobs")
         return stored
+
+    def _record(self, entry: LedgerRange) -> None:
+        self._ledger.append(replace(entry, id=self._next_ledger_id))
+        self._next_ledger_id += 1
 
     async def delete_job(self, job_id: str) -> None:
         await self.get_job(job_id)
@@ -146,6 +155,7 @@ class MemoryStore:
         self._attempts = [a for a in self._attempts if a.job_id != job_id]
         for backfill_id in [b.id for b in self._backfills.values() if b.job_id == job_id]:
             del self._backfills[backfill_id]
+        self._ledger = [e for e in self._ledger if e.job_id != job_id]
         self._watchers.notify("jobs")
 
     # -- fire path --------------------------------------------------------------------------
@@ -274,15 +284,40 @@ class MemoryStore:
                 fired_count=job.fired_count + (plan.scheduled_for is not None),
             )
             if plan.scheduled_for is None:
+                self._record_missed(plan, None, now)
                 continue
             run = self._insert_run(
                 job, plan.scheduled_for, RunOrigin.SCHEDULE, fence, plan.coalesced, now, attempt
+            )
+            key = occurrence_key(job.id, plan.scheduled_for)
+            self._record_missed(
+                plan,
+                next(r.id for r in self._runs.values() if r.key == key) if run is None else run.id,
+                now,
             )
             if run is not None:
                 run = replace(run, claim_epoch=lease.epoch)
                 self._runs[run.id] = run
                 claimed.append((run, job))
         return claimed, refused
+
+    def _record_missed(self, plan: ClaimPlan, run_id: int | None, now: datetime) -> None:
+        """The ledger's range of a plan that folded (run_id: the run fired instead) or skipped
+        (None) occurrences; nothing for an on-time plan."""
+        if plan.missed_first is None or plan.missed_last is None or plan.coalesced <= 0:
+            return
+        reason = LedgerReason.SKIPPED_MISFIRE if run_id is None else LedgerReason.COALESCED_INTO
+        self._record(
+            LedgerRange(
+                job_id=plan.job_id,
+                first=plan.missed_first,
+                last=plan.missed_last,
+                count=plan.coalesced,
+                reason=reason,
+                run_id=run_id,
+                recorded_at=now,
+            )
+        )
 
     def _may_claim(
         self, plan: ClaimPlan, lease: PartitionLease, owner: str, overdue_before: datetime
@@ -728,6 +763,24 @@ class MemoryStore:
         except KeyError:
             raise NotFound("run", str(run_id)) from None
 
+    async def runs_scheduled_between(
+        self, job_id: str, start: datetime, end: datetime, *, limit: int
+    ) -> list[Run]:
+        runs = [
+            r for r in self._runs.values() if r.job_id == job_id and start <= r.scheduled_for <= end
+        ]
+        runs.sort(key=lambda r: (r.scheduled_for, r.id))
+        return runs[:limit]
+
+    async def list_occurrences(
+        self, job_id: str, start: datetime, end: datetime, *, limit: int
+    ) -> list[LedgerRange]:
+        found = [
+            e for e in self._ledger if e.job_id == job_id and e.first <= end and e.last >= start
+        ]
+        found.sort(key=lambda e: (e.first, e.id or 0))
+        return found[:limit]
+
     async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
         await self.get_run(run_id)
         return [a for a in self._attempts if a.run_id == run_id]
@@ -792,7 +845,12 @@ class MemoryStore:
         for run in old_runs:
             del self._runs[run.id]
             self._keys.discard(run.key)
-        return len(old_attempts) + len(old_runs)
+        budget = max(budget - len(old_runs), 0)
+        by_age = sorted(self._ledger, key=lambda e: e.recorded_at)
+        old_ledger = {e.id for e in by_age if e.recorded_at < finished_before}
+        old_ledger = set([i for i in (e.id for e in by_age) if i in old_ledger][:budget])
+        self._ledger = [e for e in self._ledger if e.id not in old_ledger]
+        return len(old_attempts) + len(old_runs) + len(old_ledger)
 
     async def maintain_history(self, *, now: datetime, retention: timedelta) -> HistoryMaintenance:
         return HistoryMaintenance()  # nothing to keep up: prune_history does it all

@@ -332,7 +332,10 @@ async def test_redrive_and_purge_of_one_say_when_it_is_not_a_dead_letter(
 
 
 async def test_an_edit_racing_a_claim_is_reapplied_and_keeps_the_claim() -> None:
+    from collections.abc import Sequence
+
     from tickwork.domain.jobs import EveryTrigger, Job, Schedule, WebhookTarget
+    from tickwork.domain.occurrences import LedgerRange
     from tickwork.services.jobs import JobService, JobSpec
     from tickwork.store.base import ClaimPlan
     from tickwork.store.memory import MemoryStore
@@ -342,7 +345,7 @@ async def test_an_edit_racing_a_claim_is_reapplied_and_keeps_the_claim() -> None
 
         raced = False
 
-        async def update_job(self, job: Job) -> Job:
+        async def update_job(self, job: Job, *, ledger: Sequence[LedgerRange] = ()) -> Job:
             if not self.raced:
                 self.raced = True
                 current = await self.get_job(job.id)
@@ -358,7 +361,7 @@ async def test_an_edit_racing_a_claim_is_reapplied_and_keeps_the_claim() -> None
                 await self.claim(
                     [plan], owner="sched", lease_until=current.next_run_at, now=current.next_run_at
                 )
-            return await super().update_job(job)
+            return await super().update_job(job, ledger=ledger)
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
     store = ClaimsDuringEdit()

@@ -33,6 +33,7 @@ from tickwork.domain.backfills import Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
+from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOutcome, manual_key, occurrence_key
 from tickwork.domain.tenants import Tenant
@@ -217,16 +218,31 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         )
         return job
 
-    async def update_job(self, job: Job) -> Job:
-        found = await self._write_notify(
-            self._sql.update_job,
-            rows.job_params(job, partitions=self._partitions, sealed=self._columns),
-            "jobs",
-        )
+    async def update_job(self, job: Job, *, ledger: Sequence[LedgerRange] = ()) -> Job:
+        values = rows.job_params(job, partitions=self._partitions, sealed=self._columns)
+        if ledger:
+            found = await self._update_recording(values, ledger)
+        else:
+            found = await self._write_notify(self._sql.update_job, values, "jobs")
         if not found:
             await self.get_job(job.id)  # NotFound if it is gone
             raise StaleJob(f"job {job.id!r} was claimed since it was read")
         return rows.job_from_row(found[0], self._columns)
+
+    async def _update_recording(
+        self, values: Mapping[str, Any], ledger: Sequence[LedgerRange]
+    ) -> list[asyncpg.Record]:
+        """update_job and its ledger ranges in one transaction (none if the update is stale)."""
+        with translated("running update_job"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                found = await _fetch(conn, self._sql.update_job, values)
+                if found:
+                    for entry in ledger:
+                        await _run(conn, self._sql.insert_ledger_range, rows.ledger_params(entry))
+                    await self._notify(conn, "jobs")
+        if found:
+            self._watchers.notify("jobs")
+        return found
 
     async def delete_job(self, job_id: str) -> None:
         found = await self._write_notify(self._sql.delete_job_and_runs, {"id": job_id}, "jobs")
@@ -618,7 +634,11 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         cutoff = to_us(finished_before)
         gone = 0
         # Attempts only from DEFAULT: daily partitions go whole, in maintain_history (ADR 0007).
-        for statement in (self._sql.prune_default_attempts, self._sql.prune_runs):
+        for statement in (
+            self._sql.prune_default_attempts,
+            self._sql.prune_runs,
+            self._sql.prune_ledger,
+        ):
             values = {"cutoff": cutoff, "limit": max(limit - gone, 0)}
             gone += await self._execute(statement, values, "pruning history")
         return gone
@@ -693,6 +713,8 @@ def _next_due(parts: tuple[int, ...]) -> Statement:
 def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
     """The plans as parallel arrays for unnest(): one round trip for the whole batch."""
     ids, fences, expected, new_next, states, fired, coalesced, keys, epochs = ([] for _ in range(9))
+    missed_first: list[int | None] = []
+    missed_last: list[int | None] = []
     for plan in plans:
         completed = plan.new_next_run_at is None
         ids.append(plan.job_id)
@@ -705,7 +727,11 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         coalesced.append(plan.coalesced)
         keys.append(occurrence_key(plan.job_id, plan.scheduled_for) if plan.scheduled_for else None)
         epochs.append(plan.epoch)
+        missed_first.append(rows.us_or_none(plan.missed_first))
+        missed_last.append(rows.us_or_none(plan.missed_last))
     return {
+        "missed_first_us": missed_first,
+        "missed_last_us": missed_last,
         "epochs": epochs,
         "ids": ids,
         "fences": fences,

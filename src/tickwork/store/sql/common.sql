@@ -301,3 +301,37 @@ SELECT tenant, webhook_secrets FROM tw_tenants ORDER BY tenant
 UPDATE tw_tenants SET webhook_secrets = :webhook_secrets
 WHERE tenant = :tenant AND webhook_secrets IS NOT DISTINCT FROM :old_webhook_secrets
 RETURNING tenant
+
+-- fragment: ledger_columns
+-- Every column of tw_occurrences that rows.ledger_from_row reads.
+id, job_id, first_us, last_us, count, reason, run_id, recorded_us
+
+-- name: insert_ledger_range
+-- Record one range of occurrences that got no run of their own (a resume passing over what
+-- fell while the job was paused), in the transaction of the job's update.
+INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
+VALUES (:job_id, :first_us, :last_us, :count, :reason, :run_id, :recorded_us)
+
+-- name: list_ledger
+-- One job's ledger ranges that overlap [:from_us, :to_us], oldest first: tw_occurrences_job
+-- (job_id, first_us) reads the job's ranges that begin by :to_us, in order, and last_us
+-- filters out those that ended before :from_us (a job keeps only the retention's worth).
+SELECT {ledger_columns} FROM tw_occurrences
+WHERE job_id = :job_id AND first_us <= :to_us AND last_us >= :from_us
+ORDER BY first_us, id LIMIT :limit
+
+-- name: list_runs_scheduled_between
+-- One job's runs whose nominal instant lies in [:from_us, :to_us], oldest first: the
+-- tw_runs_job index (job_id, id) finds the job's runs, scheduled_us filters them.
+SELECT {run_columns} FROM tw_runs
+WHERE job_id = :job_id AND scheduled_us >= :from_us AND scheduled_us <= :to_us
+ORDER BY scheduled_us, id LIMIT :limit
+
+-- name: prune_ledger
+-- Delete a batch of ledger ranges recorded before :cutoff (history retention).
+DELETE FROM tw_occurrences WHERE id IN (
+    SELECT id FROM tw_occurrences WHERE recorded_us < :cutoff ORDER BY recorded_us LIMIT :limit)
+
+-- name: delete_ledger_of_job
+-- Delete one job's ledger, with the job.
+DELETE FROM tw_occurrences WHERE job_id = :id

@@ -50,11 +50,13 @@ CROSS JOIN LATERAL (
 ORDER BY p.partition
 
 -- name: delete_job_and_runs
--- Delete a job, its runs and their attempts, and its backfills, in one statement (no foreign
--- keys: a trigger cost ~20 ms per 1,000-fire claim). Returns the job's id, or nothing if it did not exist.
+-- Delete a job, its runs and their attempts, its backfills and its ledger, in one statement (no
+-- foreign keys: a trigger cost ~20 ms per 1,000-fire claim). Returns the job's id, or nothing if
+-- it did not exist.
 WITH runs AS (DELETE FROM tw_runs WHERE job_id = :id RETURNING id),
 attempts AS (DELETE FROM tw_attempts WHERE run_id IN (SELECT id FROM runs)),
-backfills AS (DELETE FROM tw_backfills WHERE job_id = :id)
+backfills AS (DELETE FROM tw_backfills WHERE job_id = :id),
+ledger AS (DELETE FROM tw_occurrences WHERE job_id = :id)
 DELETE FROM tw_jobs WHERE id = :id RETURNING id
 
 -- fragment: db_now
@@ -74,8 +76,10 @@ DELETE FROM tw_jobs WHERE id = :id RETURNING id
 WITH plan AS (
     SELECT * FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
                          :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
-                         :coalesced::int[], :keys::text[], :epochs::bigint[])
-        AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch)
+                         :coalesced::int[], :keys::text[], :epochs::bigint[],
+                         :missed_first_us::bigint[], :missed_last_us::bigint[])
+        AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch,
+             missed_first_us, missed_last_us)
 ),
 locked AS (
     SELECT p.*, j.partition FROM tw_jobs j JOIN plan p ON j.id = p.id
@@ -97,10 +101,27 @@ claimed AS (
         fired_count = j.fired_count + (CASE WHEN l.fired_us IS NULL THEN 0 ELSE 1 END)
     FROM allowed l
     WHERE j.id = l.id
-    RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch
+    RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch,
+              l.missed_first_us, l.missed_last_us
 ),
 refused AS (
     SELECT (SELECT count(*) FROM locked) - (SELECT count(*) FROM allowed) AS n
+)
+
+-- fragment: record_missed
+-- The occurrence ledger's write of both claims: one row per claimed plan that folded or skipped
+-- occurrences (missed_first_us set, only past the misfire grace), none otherwise. Coalesced
+-- into the run this claim inserted, or, if the occurrence already had one (its key existed),
+-- into that run (read from the statement's snapshot); skipped for misfire when nothing fired.
+missed AS (
+    INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
+    SELECT c.id, c.missed_first_us, c.missed_last_us, c.coalesced,
+           CASE WHEN c.fired_us IS NULL THEN 'skipped_misfire' ELSE 'coalesced_into' END,
+           CASE WHEN c.fired_us IS NOT NULL THEN coalesce(
+               (SELECT i.id FROM inserted i WHERE i.key = c.key),
+               (SELECT r.id FROM tw_runs r WHERE r.key = c.key)) END,
+           :now
+    FROM claimed c WHERE c.missed_first_us IS NOT NULL AND c.coalesced > 0
 )
 
 -- name: claim
@@ -119,7 +140,8 @@ inserted AS (
     FROM claimed WHERE fired_us IS NOT NULL
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
-)
+),
+{record_missed}
 SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
        j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, 0::bigint AS refused
 FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
@@ -141,7 +163,8 @@ inserted AS (
     FROM claimed WHERE fired_us IS NOT NULL
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
-)
+),
+{record_missed}
 SELECT *, 0::bigint AS refused FROM inserted
 -- One more row, with only `refused`, when the store refused plans for their epoch.
 UNION ALL

@@ -11,6 +11,7 @@ from tickwork.clock import to_us
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.jobs import Job
 from tickwork.domain.keys import ApiKey
+from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound
@@ -66,6 +67,20 @@ class SqlReads:
         if not found:
             await self.get_job(job_id)  # NotFound for a missing job, [] for a quiet one
         return [rows.run_from_row(r) for r in found]
+
+    async def runs_scheduled_between(
+        self, job_id: str, start: datetime, end: datetime, *, limit: int
+    ) -> list[Run]:
+        params = {"job_id": job_id, "from_us": to_us(start), "to_us": to_us(end), "limit": limit}
+        found = await self._query(self._sql.list_runs_scheduled_between, params)
+        return [rows.run_from_row(r) for r in found]
+
+    async def list_occurrences(
+        self, job_id: str, start: datetime, end: datetime, *, limit: int
+    ) -> list[LedgerRange]:
+        params = {"job_id": job_id, "from_us": to_us(start), "to_us": to_us(end), "limit": limit}
+        found = await self._query(self._sql.list_ledger, params)
+        return [rows.ledger_from_row(r) for r in found]
 
     async def next_lease_at(self, after: datetime | None = None) -> datetime | None:
         params = {"after": None if after is None else to_us(after)}

@@ -27,6 +27,7 @@ from tickwork.domain.jobs import (
     WebhookTarget,
 )
 from tickwork.domain.keys import ApiKey, Role
+from tickwork.domain.occurrences import LedgerRange, LedgerReason
 from tickwork.domain.partitions import DueHead, Node, PartitionLease, partition_of
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import (
@@ -473,4 +474,29 @@ def outcome_params(outcome: RunOutcome) -> dict[str, Any]:
         "error": outcome.error,
         "dead_us": to_us(outcome.finished_at) if failed else None,
         "retry_us": us_or_none(outcome.retry_at),
+    }
+
+
+def ledger_from_row(row: Row) -> LedgerRange:
+    return LedgerRange(
+        id=row["id"],
+        job_id=row["job_id"],
+        first=from_us(row["first_us"]),
+        last=from_us(row["last_us"]),
+        count=row["count"],
+        reason=LedgerReason(row["reason"]),
+        run_id=row["run_id"],
+        recorded_at=from_us(row["recorded_us"]),
+    )
+
+
+def ledger_params(entry: LedgerRange) -> dict[str, Any]:
+    return {
+        "job_id": entry.job_id,
+        "first_us": to_us(entry.first),
+        "last_us": to_us(entry.last),
+        "count": entry.count,
+        "reason": entry.reason.value,
+        "run_id": entry.run_id,
+        "recorded_us": to_us(entry.recorded_at),
     }

@@ -87,6 +87,15 @@ VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
+-- name: record_missed
+-- The occurrence ledger's row of a claim that folded or skipped occurrences (only such plans
+-- run it): coalesced into the occurrence's run (inserted just before in this transaction, or
+-- already there: the key existed), or skipped for misfire (:key NULL: no run).
+INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
+VALUES (:job_id, :missed_first_us, :missed_last_us, :coalesced,
+        CASE WHEN :key IS NULL THEN 'skipped_misfire' ELSE 'coalesced_into' END,
+        (SELECT id FROM tw_runs WHERE key = :key), :now)
+
 -- name: insert_handed_off_run
 -- The run of a hand-off claim: unowned at attempt 0, leasable from its own instant (the
 -- worker's lease makes it attempt 1).

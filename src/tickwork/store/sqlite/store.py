@@ -27,6 +27,7 @@ from tickwork.domain.backfills import Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
+from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOutcome, manual_key, occurrence_key
 from tickwork.domain.tenants import Tenant
@@ -120,12 +121,15 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         self._watchers.notify("jobs")
         return job
 
-    async def update_job(self, job: Job) -> Job:
+    async def update_job(self, job: Job, *, ledger: Sequence[LedgerRange] = ()) -> Job:
         def update(conn: sqlite3.Connection) -> tuple[sqlite3.Row | None, bool]:
             updated: sqlite3.Row | None = conn.execute(
                 SQL.update_job.text,
                 rows.job_params(job, partitions=self._partitions, sealed=self._columns),
             ).fetchone()
+            if updated is not None:
+                for entry in ledger:
+                    conn.execute(SQL.insert_ledger_range.text, rows.ledger_params(entry))
             exists = updated is not None or _exists(conn, job.id)
             return updated, exists
 
@@ -142,6 +146,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
             conn.execute(SQL.delete_attempts_of_job.text, {"id": job_id})
             conn.execute(SQL.delete_runs_of_job.text, {"id": job_id})
             conn.execute(SQL.delete_backfills_of_job.text, {"id": job_id})
+            conn.execute(SQL.delete_ledger_of_job.text, {"id": job_id})
             return conn.execute(SQL.delete_job.text, {"id": job_id}).rowcount
 
         deleted = await self._write(delete)
@@ -545,9 +550,11 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         params = {"cutoff": to_us(finished_before), "limit": limit}
 
         def prune(conn: sqlite3.Connection) -> int:
-            gone = conn.execute(SQL.prune_attempts.text, params).rowcount
-            params["limit"] = max(limit - gone, 0)
-            return gone + conn.execute(SQL.prune_runs.text, params).rowcount
+            gone = 0
+            for statement in (SQL.prune_attempts, SQL.prune_runs, SQL.prune_ledger):
+                params["limit"] = max(limit - gone, 0)
+                gone += conn.execute(statement.text, params).rowcount
+            return gone
 
         return await self._write(prune)
 
@@ -608,15 +615,31 @@ def _claimed_runs(
             continue
         scheduled_for = plan.scheduled_for
         if scheduled_for is None:
+            _record_missed(conn, plan, params)
             continue
         key = occurrence_key(plan.job_id, scheduled_for)
         params.update(fence=claimed["fence_token"], key=key, coalesced=plan.coalesced)
         params["lease_epoch"] = claimed["lease_epoch"]
         inserted = conn.execute(insert_run, params).fetchone()
+        _record_missed(conn, plan, params)
         if inserted is None:
             continue  # this occurrence already has a run: never fire it twice
         done.append((plan, scheduled_for, key, claimed, inserted["id"]))
     return done, refused
+
+
+def _record_missed(conn: sqlite3.Connection, plan: ClaimPlan, params: dict[str, Any]) -> None:
+    """The ledger's row of a plan that folded or skipped occurrences (one statement, only for
+    such plans: an on-time claim runs none)."""
+    if plan.missed_first is None or plan.missed_last is None or plan.coalesced <= 0:
+        return
+    params.setdefault("key", None)
+    params.update(
+        missed_first_us=to_us(plan.missed_first),
+        missed_last_us=to_us(plan.missed_last),
+        coalesced=plan.coalesced,
+    )
+    conn.execute(SQL.record_missed.text, params)
 
 
 def _claim(
