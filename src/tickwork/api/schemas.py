@@ -980,10 +980,11 @@ class RunList(_Output):
     next_before: int | None = Field(description="pass as ?before= for older runs; null: done")
 
 
-AttemptStatus = Literal["succeeded", "failed", "retry"]
+AttemptStatus = Literal["succeeded", "failed", "retry", "cancelled"]
 _ATTEMPT_STATUS: dict[RunStatus, AttemptStatus] = {
     RunStatus.SUCCEEDED: "succeeded",
     RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "cancelled",  # overlap cancel_previous stopped it
     RunStatus.PENDING: "retry",  # the attempt failed and another one was scheduled
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from tickwork.domain.jobs import MisfirePolicy
+from tickwork.domain.jobs import AtTrigger, MisfirePolicy, OverlapPolicy, Schedule
 from tickwork.store.base import ClaimPlan, DueJob
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
@@ -66,7 +66,16 @@ def _plan(due: DueJob, *, fire: datetime, coalesced: int, epoch: int | None) -> 
         # The fire that reaches max_runs completes the job (the claim counts it).
         new_next_run_at=None if last else next_occurrence(due.schedule, fire),
         epoch=epoch,
+        overlap=overlap_of(due.schedule),
     )
+
+
+def overlap_of(schedule: Schedule) -> OverlapPolicy:
+    """The overlap policy a claim applies: the schedule's, except for a one-shot, which has no
+    earlier occurrence to overlap (ALLOW makes the claim probe nothing)."""
+    if isinstance(schedule.trigger, AtTrigger):
+        return OverlapPolicy.ALLOW
+    return schedule.overlap
 
 
 def settled_bound(

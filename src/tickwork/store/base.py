@@ -40,7 +40,7 @@ from typing import Literal, Protocol, TypeVar
 
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.egress import EgressRules
-from tickwork.domain.jobs import Job, JobState, Schedule
+from tickwork.domain.jobs import Job, JobState, OverlapPolicy, Schedule
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DueHead, Node, PartitionLease
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome
@@ -110,6 +110,30 @@ class ClaimPlan:
     # The epoch of the job's partition lease the claimer holds; None claims without that check
     # (a tool, a test, a single process that holds every partition by construction).
     epoch: int | None = None
+    # What the claim does if the job still has a run going (docs/policies.md). ALLOW, the
+    # default, makes the claim probe nothing: only other policies pay for the look-up.
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+
+
+# The lease end of a run held back by overlap buffer_one until the job's running run ends: far
+# beyond any clock, so no lease, queue depth or next-lease read ever counts it as leasable.
+# 9999-01-01T00:00:00Z in epoch microseconds; finish_runs sets the real instant.
+HELD_LEASE_US = 253_370_764_800_000_000
+# The error a run cancelled by overlap cancel_previous records (run and attempt).
+CANCELLED_BY_OVERLAP = "cancelled: a newer occurrence was due (overlap cancel_previous)"
+
+
+class Extended(int):
+    """How many leases `extend_leases` extended, and which (run_id, fence) pairs (`leases`):
+    the executor stops the fires whose lease the store refused (a cancelled run)."""
+
+    leases: frozenset[tuple[int, int]]
+
+    def __new__(cls, leases: Iterable[tuple[int, int]]) -> Extended:
+        pairs = frozenset(leases)
+        extended = super().__new__(cls, len(pairs))
+        extended.leases = pairs
+        return extended
 
 
 class Claimed(list[T]):
@@ -468,12 +492,12 @@ class LeaseStore(Protocol):
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
-    ) -> int:
+    ) -> Extended:
         """Heartbeat: move the lease of each pending (run_id, fence_token) to `lease_until`.
 
-        Returns how many were extended (a pair named twice counts once); a run whose fence
-        moved on (its lease expired and another worker took it) or that finished is not
-        touched."""
+        Returns how many were extended (a pair named twice counts once), as an `Extended`
+        naming the pairs; a run whose fence moved on (its lease expired and another worker took
+        it, or overlap cancel_previous cancelled it) or that finished is not touched."""
         ...
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:

@@ -30,7 +30,7 @@ import asyncpg
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.egress import EgressRules
-from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOutcome, manual_key, occurrence_key
@@ -38,11 +38,14 @@ from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, StoreError, TenantExists, TenantHasJobs
 from tickwork.sealing import Keyring
 from tickwork.store.base import (
+    CANCELLED_BY_OVERLAP,
     DEFAULT_TAKEOVER_GRACE_MS,
+    HELD_LEASE_US,
     Applied,
     Claimed,
     ClaimPlan,
     DueJob,
+    Extended,
     HistoryMaintenance,
     LeaseView,
     NodeAnnouncement,
@@ -465,25 +468,33 @@ class PostgresStore(SqlReads):
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
-    ) -> int:
+    ) -> Extended:
         if not leases:
-            return 0
+            return Extended(())
         unique = distinct_leases(leases)
         values = {
             "ids": [run_id for run_id, _ in unique],
             "fences": [fence for _, fence in unique],
             "lease_until": to_us(lease_until),
         }
-        return await self._execute(self._sql.extend_leases, values, "extending leases")
+        found = await self._fetch(self._sql.extend_leases, values, "extending leases")
+        return Extended((r["id"], r["fence_token"]) for r in found)
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not outcomes:
             return Applied(())
         # One outcome per (run, fence): a repeat would also join the applied row twice.
         params = [rows.outcome_params(o) for o in last_outcome_per_lease(outcomes)]
-        values = {column: [p[name] for p in params] for column, name in _OUTCOME_ARRAYS.items()}
+        values: dict[str, Any] = {
+            column: [p[name] for p in params] for column, name in _OUTCOME_ARRAYS.items()
+        }
+        values["held"] = HELD_LEASE_US
         applied = await self._fetch(self._sql.finish_runs, values, "recording runs")
-        return Applied(r["run_id"] for r in applied)
+        if any(r["run_id"] is None for r in applied):  # buffer_one released held runs
+            with translated("recording runs"):
+                await self._notify(self.pool, "runs")
+            self._watchers.notify("runs")
+        return Applied(r["run_id"] for r in applied if r["run_id"] is not None)
 
     async def get_tenant(self, tenant: str) -> Tenant | None:
         found = await self._query(self._sql.get_tenant, {"tenant": tenant})
@@ -616,6 +627,8 @@ def _claim_values(
         "owner": owner,
         "now": to_us(now),
         "overdue_before": to_us(overdue_before),
+        "held": HELD_LEASE_US,
+        "cancel_error": CANCELLED_BY_OVERLAP,
     }
 
 
@@ -654,7 +667,9 @@ def _next_due(parts: tuple[int, ...]) -> Statement:
 
 def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
     """The plans as parallel arrays for unnest(): one round trip for the whole batch."""
-    ids, fences, expected, new_next, states, fired, coalesced, keys, epochs = ([] for _ in range(9))
+    ids, fences, expected, new_next, states, fired, coalesced, keys, epochs, overlaps = (
+        [] for _ in range(10)
+    )
     for plan in plans:
         completed = plan.new_next_run_at is None
         ids.append(plan.job_id)
@@ -667,7 +682,11 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         coalesced.append(plan.coalesced)
         keys.append(occurrence_key(plan.job_id, plan.scheduled_for) if plan.scheduled_for else None)
         epochs.append(plan.epoch)
+        # NULL for allow (and for a plan that fires nothing): the claim probes nothing then.
+        probe = plan.overlap is not OverlapPolicy.ALLOW and plan.scheduled_for is not None
+        overlaps.append(plan.overlap.value if probe else None)
     return {
+        "overlaps": overlaps,
         "epochs": epochs,
         "ids": ids,
         "fences": fences,
