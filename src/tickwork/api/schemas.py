@@ -603,7 +603,10 @@ MaxRuns = Annotated[
 ]
 Overlap = Annotated[
     OverlapPolicy,
-    Field(description="when the previous run is still going: allow (default), skip, ..."),
+    Field(
+        description="when an occurrence is due while the job's previous run is still going:"
+        " allow (default: run side by side), skip, buffer_one or cancel_previous"
+    ),
 ]
 
 

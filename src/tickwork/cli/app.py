@@ -210,6 +210,8 @@ _FLAGS: Final = {
     "target.secrets": "--secret",
     "secrets": "--secret",
     "on_failure": "--on-failure",
+    "overlap": "--overlap",
+    "max_runs": "--max-runs",
     "on_failure.url": "--on-failure",
     "retry": "--max-attempts/--backoff/--max-backoff",
     "retry.max_attempts": "--max-attempts",
