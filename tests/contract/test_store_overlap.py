@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tickwork.clock import to_us
-from tickwork.domain.jobs import Job, OverlapPolicy
+from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.store.base import CANCELLED_BY_OVERLAP, ClaimPlan, ScheduleStore
 from tickwork.store.memory import MemoryStore
@@ -257,3 +257,31 @@ async def test_extend_leases_names_the_leases_it_extended(store: ScheduleStore) 
     pairs = [(a.run_id, a.fence_token), (b.run_id, b.fence_token), (a.run_id, a.fence_token)]
     extended = await store.extend_leases(pairs, lease_until=FAR)
     assert (extended, extended.leases) == (1, frozenset({(a.run_id, a.fence_token)}))
+
+
+async def test_a_skipped_fire_does_not_complete_a_job_at_its_max_runs(
+    store: ScheduleStore,
+) -> None:
+    job = await overlapping_job(store, OverlapPolicy.SKIP)
+    [first] = await claim(store, [await plan_next(store, job, OverlapPolicy.SKIP)])
+    # The plan of what would be the job's last fire (max_runs), skipped: the job goes on.
+    last = replace(
+        await plan_next(store, job, OverlapPolicy.SKIP),
+        new_next_run_at=None,
+        next_if_skipped=T0 + 2 * SEC,
+    )
+    assert await claim(store, [last]) == []
+    stored = await store.get_job(job.id)
+    assert (stored.state, stored.next_run_at, stored.fired_count) == (
+        JobState.SCHEDULED,
+        T0 + 2 * SEC,
+        1,
+    )
+    # Once nothing is going, the same plan fires and completes the job.
+    await store.finish_runs([finished(first)])
+    final = replace(
+        await plan_next(store, job, OverlapPolicy.SKIP), new_next_run_at=None, next_if_skipped=FAR
+    )
+    assert len(await claim(store, [final])) == 1
+    stored = await store.get_job(job.id)
+    assert (stored.state, stored.fired_count) == (JobState.COMPLETED, 2)

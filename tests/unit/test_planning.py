@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -158,3 +159,16 @@ def test_a_plan_carries_a_recurring_jobs_overlap_policy(policy: OverlapPolicy, l
 def test_a_one_shot_never_overlaps_itself() -> None:
     at = Schedule(trigger=AtTrigger(at=T0), overlap=OverlapPolicy.SKIP)
     assert plan_claim(due(at), T0).overlap is OverlapPolicy.ALLOW
+
+
+@pytest.mark.parametrize("policy", list(OverlapPolicy))
+def test_the_last_fire_of_max_runs_says_where_to_go_if_it_is_skipped(
+    policy: OverlapPolicy,
+) -> None:
+    plan = plan_claim(replace(due(every_second(overlap=policy, max_runs=3)), fired_count=2), T0)
+    assert plan.new_next_run_at is None  # this fire completes the job...
+    # ...unless the overlap policy skips it: then the job has not had its third fire yet.
+    expected = None if policy is OverlapPolicy.ALLOW else T0 + S
+    assert plan.next_if_skipped == expected
+    not_last = plan_claim(replace(due(every_second(overlap=policy, max_runs=3)), fired_count=1), T0)
+    assert not_last.next_if_skipped is None

@@ -57,6 +57,9 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
 def _plan(due: DueJob, *, fire: datetime, coalesced: int, epoch: int | None) -> ClaimPlan:
     max_runs = due.schedule.max_runs
     last = max_runs is not None and due.fired_count + 1 >= max_runs
+    overlap = overlap_of(due.schedule)
+    # If the overlap policy skips the max_runs-th fire, the job has not had it: it goes on.
+    skipped_last = last and overlap is not OverlapPolicy.ALLOW
     return ClaimPlan(
         job_id=due.job_id,
         expected_fence=due.fence_token,
@@ -66,7 +69,8 @@ def _plan(due: DueJob, *, fire: datetime, coalesced: int, epoch: int | None) -> 
         # The fire that reaches max_runs completes the job (the claim counts it).
         new_next_run_at=None if last else next_occurrence(due.schedule, fire),
         epoch=epoch,
-        overlap=overlap_of(due.schedule),
+        overlap=overlap,
+        next_if_skipped=next_occurrence(due.schedule, fire) if skipped_last else None,
     )
 
 

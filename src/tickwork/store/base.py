@@ -113,6 +113,10 @@ class ClaimPlan:
     # What the claim does if the job still has a run going (docs/policies.md). ALLOW, the
     # default, makes the claim probe nothing: only other policies pay for the look-up.
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    # Where the job goes instead of `new_next_run_at` if the overlap policy skips this fire:
+    # set when this fire would complete the job at its max_runs, which a skipped occurrence
+    # does not count towards (None: the same place either way).
+    next_if_skipped: datetime | None = None
 
 
 # The lease end of a run held back by overlap buffer_one until the job's running run ends: far

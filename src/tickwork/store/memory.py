@@ -268,11 +268,14 @@ class MemoryStore:
             # A skipped occurrence advances the job without counting as a fire.
             fired = None if decision.verdict is Verdict.SKIP else plan.scheduled_for
             fence = job.fence_token + 1
+            new_next = plan.new_next_run_at
+            if decision.verdict is Verdict.SKIP and plan.next_if_skipped is not None:
+                new_next = plan.next_if_skipped  # not the max_runs-th fire after all
             self._jobs[job.id] = replace(
                 job,
                 fence_token=fence,
-                next_run_at=plan.new_next_run_at if plan.new_next_run_at else job.next_run_at,
-                state=JobState.SCHEDULED if plan.new_next_run_at else JobState.COMPLETED,
+                next_run_at=new_next if new_next else job.next_run_at,
+                state=JobState.SCHEDULED if new_next else JobState.COMPLETED,
                 last_fired_at=fired or job.last_fired_at,
                 fired_count=job.fired_count + (fired is not None),
             )

@@ -670,6 +670,7 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
     ids, fences, expected, new_next, states, fired, coalesced, keys, epochs, overlaps = (
         [] for _ in range(10)
     )
+    skip_next: list[int | None] = []
     for plan in plans:
         completed = plan.new_next_run_at is None
         ids.append(plan.job_id)
@@ -685,8 +686,10 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         # NULL for allow (and for a plan that fires nothing): the claim probes nothing then.
         probe = plan.overlap is not OverlapPolicy.ALLOW and plan.scheduled_for is not None
         overlaps.append(plan.overlap.value if probe else None)
+        skip_next.append(rows.us_or_none(plan.next_if_skipped))
     return {
         "overlaps": overlaps,
+        "skip_next_us": skip_next,
         "epochs": epochs,
         "ids": ids,
         "fences": fences,

@@ -84,9 +84,9 @@ WITH plan AS (
     SELECT * FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
                          :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
                          :coalesced::int[], :keys::text[], :epochs::bigint[],
-                         :overlaps::text[])
+                         :overlaps::text[], :skip_next_us::bigint[])
         AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch,
-             overlap)
+             overlap, skip_next_us)
 ),
 locked AS (
     SELECT p.*, j.partition FROM tw_jobs j JOIN plan p ON j.id = p.id
@@ -121,7 +121,12 @@ decided AS (
 ),
 claimed AS (
     UPDATE tw_jobs j
-    SET fence_token = j.fence_token + 1, next_run_us = l.new_next_us, state = l.new_state,
+    SET fence_token = j.fence_token + 1,
+        -- A skipped max_runs-th fire is no fire: the job goes on (skip_next_us).
+        next_run_us = CASE WHEN l.verdict = 'skip' AND l.skip_next_us IS NOT NULL
+                           THEN l.skip_next_us ELSE l.new_next_us END,
+        state = CASE WHEN l.verdict = 'skip' AND l.skip_next_us IS NOT NULL
+                     THEN 'scheduled' ELSE l.new_state END,
         last_fired_us = coalesce(CASE WHEN l.verdict = 'skip' THEN NULL ELSE l.fired_us END,
                                  j.last_fired_us),
         claimed_by = :owner, claimed_us = :now,

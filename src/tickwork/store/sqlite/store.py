@@ -585,6 +585,9 @@ def _claimed_runs(
         decision = _overlap(conn, plan)
         if decision.verdict is Verdict.SKIP:
             params["fired_us"] = None  # advance without counting a fire
+            if plan.next_if_skipped is not None:  # not the max_runs-th fire after all
+                params["new_next_us"] = to_us(plan.next_if_skipped)
+                params["new_state"] = JobState.SCHEDULED.value
         claimed = conn.execute(claim_job, params).fetchone()
         if claimed is None:
             if plan.epoch is not None and conn.execute(SQL.claim_refused.text, params).fetchone():
