@@ -23,6 +23,7 @@ from bench import claim_seed
 from tickwork.clock import SystemClock, from_us
 from tickwork.domain.runs import Envelope
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
+from tickwork.store.base import HELD_LEASE_US
 from tickwork.store.postgres import SERVER_SETTINGS, SQL, PostgresStore
 from tickwork.store.sql.named import Statement
 
@@ -115,6 +116,7 @@ def _finish_values(batch: list[Envelope], now_us: int) -> dict[str, object]:
         "job_ids": [e.job_id for e in batch],
         "attempts": [1] * n,
         "workers": ["w"] * n,
+        "held": HELD_LEASE_US,
     }
 
 
