@@ -72,7 +72,7 @@ DELETE FROM tw_jobs WHERE id = :id RETURNING id
 -- `allowed` are the stale-epoch refusals the statements report.
 --
 -- Overlap policies (docs/policies.md): a plan's `overlap` is NULL for allow (and for a plan
--- that fires nothing), and then `decided` reads nothing more (a one-time filter). Otherwise it
+-- that fires nothing), and then `decided` reads nothing more. Otherwise it
 -- looks up the job's runs still going through tw_runs_active: the oldest active one, locked
 -- (a finish that commits meanwhile drops it: the next one, or none, is taken), and the oldest
 -- held back by buffer_one (lease end :held). The CASE is domain/overlap.py's `decide`:
@@ -100,24 +100,30 @@ allowed AS (
     WHERE l.epoch IS NULL OR l.expected_us < :overdue_before
        OR (pl.owner = :owner AND pl.epoch = l.epoch AND pl.expires_us > {db_now})
 ),
+-- The look-ups are CASE branches, evaluated only when taken; OFFSET 0 keeps the subquery
+-- whole, so each runs once per plan however often the CASE below names its result.
 decided AS (
-    SELECT a.*, CASE
+    SELECT b.*, CASE
             WHEN b.active_id IS NULL AND b.held_id IS NULL THEN 'fire'
-            WHEN a.overlap = 'cancel_previous' THEN 'cancel'
-            WHEN a.overlap = 'buffer_one' AND b.held_id IS NULL THEN 'hold'
+            WHEN b.overlap = 'cancel_previous' THEN 'cancel'
+            WHEN b.overlap = 'buffer_one' AND b.held_id IS NULL THEN 'hold'
             ELSE 'skip'
         END AS verdict,
-        CASE WHEN a.overlap = 'buffer_one' AND b.held_id IS NOT NULL THEN b.held_id
+        CASE WHEN b.overlap = 'buffer_one' AND b.held_id IS NOT NULL THEN b.held_id
              ELSE coalesce(b.active_id, b.held_id) END AS blocker
-    FROM allowed a LEFT JOIN LATERAL (
-        SELECT (SELECT r.id FROM tw_runs r
+    FROM (
+        SELECT a.*,
+            CASE WHEN a.overlap IS NOT NULL THEN (
+                SELECT r.id FROM tw_runs r
                 WHERE r.job_id = a.id AND r.status = 'pending' AND r.lease_until_us <> :held
-                ORDER BY r.id LIMIT 1 FOR UPDATE) AS active_id,
-               (SELECT r.id FROM tw_runs r
-                WHERE r.job_id = a.id AND r.status = 'pending' AND r.lease_until_us = :held
-                ORDER BY r.id LIMIT 1) AS held_id
-        WHERE a.overlap IS NOT NULL
-    ) b ON true
+                ORDER BY r.id LIMIT 1 FOR UPDATE) END AS active_id,
+            -- An aggregate over the job's pending runs, so that it reads them through
+            -- tw_runs_active, never the held runs of every job through tw_runs_pending.
+            CASE WHEN a.overlap IS NOT NULL THEN (
+                SELECT min(r.id) FILTER (WHERE r.lease_until_us = :held) FROM tw_runs r
+                WHERE r.job_id = a.id AND r.status = 'pending') END AS held_id
+        FROM allowed a OFFSET 0
+    ) b
 ),
 claimed AS (
     UPDATE tw_jobs j
