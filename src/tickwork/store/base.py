@@ -322,6 +322,16 @@ class ClaimStore(Protocol):
         claim + advance + pending run. A plan with no `scheduled_for` (a misfire skip) advances
         the job and fires nothing.
 
+        Overlap (docs/policies.md): for a plan whose `overlap` is not ALLOW, the same
+        transaction looks for the job's runs still going (pending, any origin) and applies
+        `domain.overlap.decide`: SKIP advances the job without a fire (fired_count and
+        last_fired_at stay; `next_if_skipped` replaces a completion at max_runs) and records a
+        `skipped_overlap` row in the occurrence ledger naming the blocking run; HOLD inserts the
+        run held back (lease end HELD_LEASE_US, attempt 0, unowned: no fire, no envelope) and
+        marks the run it waits for, whose finish releases it; CANCEL cancels every pending run
+        of the job (status CANCELLED, finished at `now`, fence + 1, an attempt row for a leased
+        one) and fires as usual. ALLOW plans look nothing up.
+
         Partitions (ADR 0015): a plan with an `epoch` is claimed only if `owner` holds the
         job's partition at that epoch and the lease has not expired by the database's clock,
         or if the job is overdue by more than `takeover_grace_ms` at `now` (the takeover of a
@@ -432,7 +442,9 @@ class LeaseStore(Protocol):
         A hand-off that was never leased (attempt 0, origin "schedule") must also be free at
         `hand_offs_by` (default `now`): a worker behind an external queue passes an earlier
         instant, because such a run's message may still be on its way to another worker.
-        Every other run (attempt 1 or more, or a manual trigger) needs only `now`.
+        Every other run (attempt 1 or more, or a manual trigger, or a run overlap buffer_one
+        held back and released: it was never published, and its lease end is no longer its
+        instant) needs only `now`. A run still held back is never leased.
 
         Each run leased gets fence + 1, attempt + 1, `owner` and `lease_until`, atomically: two
         workers leasing at once never get the same run. Returns them as fires (job target,
@@ -513,6 +525,10 @@ class LeaseStore(Protocol):
         applied outcome also appends the attempt to the history. SUCCEEDED finishes the run;
         FAILED finishes and dead-letters it; PENDING releases it until `retry_at` (the next
         `lease_runs` after that instant runs it again, at a new fence).
+
+        A SUCCEEDED or FAILED outcome of a run that overlap buffer_one made another wait for
+        releases that run (leasable from the outcome's finished_at) in the same transaction,
+        and wakes the watchers of "runs" (other processes too, where the backend can tell).
 
         Returns an `Applied`: the count, which also names the runs whose outcome applied (the
         executor sends a dead-letter alert only for a FAILED outcome whose write committed).
