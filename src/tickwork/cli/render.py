@@ -98,6 +98,7 @@ def job_detail(job: Mapping[str, Any]) -> Table:
         "schedule": _schedule_text(schedule),
         "window": window,
         "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
+        "overlap": job.get("overlap", "allow"),
         **_target_rows(target),
         "signing": _signing_text(job["signing"]),
         "on failure": job["on_failure"]["url"] if job.get("on_failure") else "-",
