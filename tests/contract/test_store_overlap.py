@@ -285,3 +285,21 @@ async def test_a_skipped_fire_does_not_complete_a_job_at_its_max_runs(
     assert len(await claim(store, [final])) == 1
     stored = await store.get_job(job.id)
     assert (stored.state, stored.fired_count) == (JobState.COMPLETED, 2)
+
+
+async def test_skips_in_a_row_for_one_run_are_one_ledger_row(store: ScheduleStore) -> None:
+    policy = OverlapPolicy.SKIP
+    job = await overlapping_job(store, policy)
+    [first] = await claim(store, [await plan_next(store, job, policy)])
+    for _ in range(3):  # T0 + 1 s .. T0 + 3 s, while the first run goes on
+        assert await claim(store, [await plan_next(store, job, policy)]) == []
+    await store.finish_runs([finished(first)])
+    [second] = await claim(store, [await plan_next(store, job, policy)])  # T0 + 4 s
+    assert await claim(store, [await plan_next(store, job, policy)]) == []  # T0 + 5 s
+    found = [
+        (r["first_us"], r["last_us"], r["count"], r["run_id"]) for r in await ledger(store, job.id)
+    ]
+    assert found == [
+        (to_us(T0 + SEC), to_us(T0 + 3 * SEC), 3, first.run_id),
+        (to_us(T0 + 5 * SEC), to_us(T0 + 5 * SEC), 1, second.run_id),
+    ]

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from tickwork.clock import Clock, SystemClock, from_us, to_us
 from tickwork.domain.audit import AuditEntry
@@ -83,7 +84,7 @@ class MemoryStore:
         # (tw_runs.releases_key): finishing the first releases the second.
         self._releases: dict[int, str] = {}
         # The occurrence ledger (tw_occurrences), as rows of its columns.
-        self._occurrences: list[dict[str, object]] = []
+        self._occurrences: list[dict[str, Any]] = []
         # Like a migrated database (0006), it starts with the `default` tenant.
         started = self._clock.now()
         self._tenants: dict[str, Tenant] = {
@@ -311,6 +312,17 @@ class MemoryStore:
         return decide(plan.overlap, active, held)
 
     def _record_skip(self, job_id: str, at: datetime, blocker: int | None, now: datetime) -> None:
+        """A ledger row for a skipped occurrence; a skip right after a skip for the same
+        blocking run extends the job's latest row instead (as the SQL stores do)."""
+        mine = [r for r in self._occurrences if r["job_id"] == job_id]
+        latest = max(mine, key=lambda r: int(r["first_us"]), default=None)
+        if latest is not None and (latest["reason"], latest["run_id"]) == (
+            "skipped_overlap",
+            blocker,
+        ):
+            count = int(latest["count"]) + 1
+            latest.update(last_us=to_us(at), count=count, recorded_us=to_us(now))
+            return
         self._occurrences.append(
             {
                 "job_id": job_id,

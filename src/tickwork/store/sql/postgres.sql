@@ -143,10 +143,23 @@ claimed AS (
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch, l.verdict,
               l.blocker
 ),
+-- A skip right after a skip for the same blocking run extends that ledger row (the job's
+-- latest, through tw_occurrences_job): the run was going all along, so no occurrence came
+-- between them. Any other skip gets a row of its own.
+extended AS (
+    UPDATE tw_occurrences o SET last_us = c.fired_us, count = o.count + 1, recorded_us = :now
+    FROM claimed c
+    WHERE c.verdict = 'skip' AND c.fired_us IS NOT NULL
+      AND o.id = (SELECT x.id FROM tw_occurrences x WHERE x.job_id = c.id
+                  ORDER BY x.first_us DESC LIMIT 1)
+      AND o.reason = 'skipped_overlap' AND o.run_id = c.blocker
+    RETURNING o.job_id
+),
 skipped AS (
     INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
     SELECT id, fired_us, fired_us, 1, 'skipped_overlap', blocker, :now FROM claimed
     WHERE verdict = 'skip' AND fired_us IS NOT NULL
+      AND id NOT IN (SELECT job_id FROM extended)
 ),
 marked AS (
     UPDATE tw_runs r SET releases_key = (

@@ -119,9 +119,17 @@ RETURNING id
 -- overlap buffer_one: the run still going (:blocker) releases the held run (:key) when it ends.
 UPDATE tw_runs SET releases_key = :key WHERE id = :blocker
 
+-- name: extend_skipped_overlap
+-- overlap skip, right after a skip for the same blocking run (:blocker): the job's latest
+-- ledger row takes in the occurrence :fired_us too (no occurrence came between them).
+UPDATE tw_occurrences SET last_us = :fired_us, count = count + 1, recorded_us = :now
+WHERE id = (SELECT id FROM tw_occurrences WHERE job_id = :job_id ORDER BY first_us DESC LIMIT 1)
+  AND reason = 'skipped_overlap' AND run_id = :blocker
+
 -- name: record_skipped_overlap
 -- overlap skip (or buffer_one with one held already): the occurrence :fired_us of :job_id gets
--- no run; the ledger names the run that was still going (:blocker).
+-- no run; the ledger names the run that was still going (:blocker). Unless
+-- extend_skipped_overlap took it in.
 INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
 VALUES (:job_id, :fired_us, :fired_us, 1, 'skipped_overlap', :blocker, :now)
 

@@ -621,7 +621,9 @@ def _overlap(conn: sqlite3.Connection, plan: ClaimPlan) -> Decision:
 def _apply_overlap(conn: sqlite3.Connection, decision: Decision, params: dict[str, Any]) -> bool:
     """Apply a claimed plan's overlap decision; whether that took the place of its fire."""
     if decision.verdict is Verdict.SKIP:
-        conn.execute(SQL.record_skipped_overlap.text, params | {"blocker": decision.blocker})
+        skip = params | {"blocker": decision.blocker}
+        if not conn.execute(SQL.extend_skipped_overlap.text, skip).rowcount:
+            conn.execute(SQL.record_skipped_overlap.text, skip)
         return True
     if decision.verdict is Verdict.HOLD:
         if conn.execute(SQL.insert_held_run.text, params | {"held": HELD_LEASE_US}).fetchone():
