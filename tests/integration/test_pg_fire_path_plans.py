@@ -228,10 +228,14 @@ async def test_a_claim_looks_up_runs_only_for_jobs_with_an_overlap_policy(pg_dsn
     now = from_us(now_us)
     conn = await asyncpg.connect(pg_dsn, server_settings=SERVER_SETTINGS)
     try:
+        await conn.execute(LEDGER, now_us, HISTORY_RUNS)  # 30 days of skips, of other jobs
+        await conn.execute("ANALYZE tw_occurrences")
         read = {}
         for policy in (OverlapPolicy.ALLOW, OverlapPolicy.SKIP, OverlapPolicy.CANCEL_PREVIOUS):
             values = claim_values([replace(p, overlap=policy) for p in plans], "s", now, 500)
-            read[policy.value] = sum(await _explain(conn, SQL.claim_hand_off, **values))
+            plan = await _executed_plan(conn, SQL.claim_hand_off, **values)
+            read[policy.value] = sum(_runs_read(plan))
+            read[f"{policy.value} ledger"] = sum(_rows_read(plan, "tw_occurrences"))
     finally:
         await conn.close()
     assert len(plans) == BATCH
@@ -240,3 +244,23 @@ async def test_a_claim_looks_up_runs_only_for_jobs_with_an_overlap_policy(pg_dsn
     # cancel_previous: those, and the cancel's lookup and update of that run.
     assert read["skip"] <= 2 * BATCH, read
     assert read["cancel_previous"] <= 4 * BATCH, read
+    # The ledger: a skip reads the job's latest row (none here), nothing else.
+    assert read["skip ledger"] <= BATCH, read
+    assert read["allow ledger"] == read["cancel_previous ledger"] == 0, read
+
+
+# Ledger rows of jobs that are not claimed here.
+LEDGER = """
+INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
+SELECT 'other-' || g, $1::bigint - g * 1000, $1::bigint - g * 1000, 1, 'skipped_overlap', g,
+       $1::bigint - g * 1000
+FROM generate_series(1, $2::int) g
+"""
+
+
+def _rows_read(plan: dict[str, Any], table: str) -> Iterator[int]:
+    """Rows each scan of `table` in an executed plan returned, over all its loops."""
+    if plan.get("Relation Name") == table and "Scan" in plan["Node Type"]:
+        yield int(plan["Actual Rows"] * plan["Actual Loops"])
+    for child in plan.get("Plans", []):
+        yield from _rows_read(child, table)

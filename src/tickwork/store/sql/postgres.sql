@@ -146,20 +146,23 @@ claimed AS (
 -- A skip right after a skip for the same blocking run extends that ledger row (the job's
 -- latest, through tw_occurrences_job): the run was going all along, so no occurrence came
 -- between them. Any other skip gets a row of its own.
+skips AS (
+    SELECT c.id, c.fired_us, c.blocker,
+           (SELECT x.id FROM tw_occurrences x WHERE x.job_id = c.id
+            ORDER BY x.first_us DESC LIMIT 1) AS latest
+    FROM claimed c WHERE c.verdict = 'skip' AND c.fired_us IS NOT NULL
+),
 extended AS (
-    UPDATE tw_occurrences o SET last_us = c.fired_us, count = o.count + 1, recorded_us = :now
-    FROM claimed c
-    WHERE c.verdict = 'skip' AND c.fired_us IS NOT NULL
-      AND o.id = (SELECT x.id FROM tw_occurrences x WHERE x.job_id = c.id
-                  ORDER BY x.first_us DESC LIMIT 1)
-      AND o.reason = 'skipped_overlap' AND o.run_id = c.blocker
+    UPDATE tw_occurrences o SET last_us = k.fired_us, count = o.count + 1, recorded_us = :now
+    FROM skips k
+    WHERE o.id = ANY(ARRAY(SELECT latest FROM skips)) AND o.id = k.latest
+      AND o.reason = 'skipped_overlap' AND o.run_id = k.blocker
     RETURNING o.job_id
 ),
 skipped AS (
     INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
-    SELECT id, fired_us, fired_us, 1, 'skipped_overlap', blocker, :now FROM claimed
-    WHERE verdict = 'skip' AND fired_us IS NOT NULL
-      AND id NOT IN (SELECT job_id FROM extended)
+    SELECT id, fired_us, fired_us, 1, 'skipped_overlap', blocker, :now FROM skips
+    WHERE id NOT IN (SELECT job_id FROM extended)
 ),
 marked AS (
     UPDATE tw_runs r SET releases_key = (
