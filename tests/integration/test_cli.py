@@ -124,8 +124,10 @@ def test_create_every_and_at_and_with_options(cli: Any) -> None:
     options = [
         "--every", "PT1M", "--start-at", "2026-02-01T00:00:00Z", "--end-at",
         "2026-03-01T00:00:00Z", "--misfire", "skip", "--timeout", "PT3S", "--tenant", "acme",
+        "--overlap", "buffer_one", "--max-runs", "3",
     ]  # fmt: skip
     job = cli(*create_args(*options, "--json")).json()
+    assert (job["overlap"], job["max_runs"]) == ("buffer_one", 3)
     assert job["schedule"]["start_at"] == "2026-02-01T00:00:00Z"
     assert job["schedule"]["misfire"] == "skip"
     assert (job["target"]["timeout"], job["tenant"]) == ("PT3S", "acme")
@@ -482,6 +484,8 @@ def test_local_bad_input_exits_2_with_one_line(cli: Any, args: list[str], needle
         (["--every", "30", "--backoff", "soon"], "retry.backoff (--backoff)"),
         (["--every", "30", "--backoff", "PT10M"], "retry.max_backoff (--max-backoff)"),
         (["--every", "30", "--max-attempts", "many"], "--max-attempts"),
+        (["--every", "30", "--overlap", "sometimes"], "overlap (--overlap)"),
+        (["--every", "30", "--max-runs", "0"], "max_runs (--max-runs)"),
     ],
 )
 def test_api_bad_input_exits_2_naming_the_flag(cli: Any, extra: list[str], needle: str) -> None:

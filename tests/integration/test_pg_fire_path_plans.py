@@ -15,15 +15,21 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 from bench import claim_seed
 
 from tickwork.clock import SystemClock, from_us
+from tickwork.domain.jobs import OverlapPolicy
 from tickwork.domain.runs import Envelope
+from tickwork.scheduler.planning import plan_claim
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
+from tickwork.store.base import HELD_LEASE_US
 from tickwork.store.postgres import SERVER_SETTINGS, SQL, PostgresStore
+from tickwork.store.postgres.store import _claim_values as claim_values
 from tickwork.store.sql.named import Statement
 
 PENDING = 30_000  # the planner's choice flips with the count; 12,000 was not enough
@@ -115,6 +121,7 @@ def _finish_values(batch: list[Envelope], now_us: int) -> dict[str, object]:
         "job_ids": [e.job_id for e in batch],
         "attempts": [1] * n,
         "workers": ["w"] * n,
+        "held": HELD_LEASE_US,
     }
 
 
@@ -204,3 +211,56 @@ async def test_the_due_scan_of_every_partition_is_prepared_once(pg_dsn: str) -> 
         assert [r["chars"] for r in prepared if r["chars"] > 15_360], prepared
     finally:
         await store.close()
+
+
+async def test_a_claim_looks_up_runs_only_for_jobs_with_an_overlap_policy(pg_dsn: str) -> None:
+    # Overlap policies (docs/policies.md) are decided in the claim: a plan with `allow` must
+    # read no run at all, one with another policy only its job's runs still going (through
+    # tw_runs_active), even with statistics from before any run existed.
+    _, now_us = await _pending_burst(pg_dsn)  # every job has one run still going
+    store = PostgresStore(pg_dsn, migrate=False)
+    await store.open()
+    try:
+        due = await store.due_jobs(from_us(now_us) + timedelta(days=1), BATCH)
+    finally:
+        await store.close()
+    plans = [plan_claim(d, d.next_run_at) for d in due]
+    now = from_us(now_us)
+    conn = await asyncpg.connect(pg_dsn, server_settings=SERVER_SETTINGS)
+    try:
+        await conn.execute(LEDGER, now_us, HISTORY_RUNS)  # 30 days of skips, of other jobs
+        await conn.execute("ANALYZE tw_occurrences")
+        read = {}
+        for policy in (OverlapPolicy.ALLOW, OverlapPolicy.SKIP, OverlapPolicy.CANCEL_PREVIOUS):
+            values = claim_values([replace(p, overlap=policy) for p in plans], "s", now, 500)
+            plan = await _executed_plan(conn, SQL.claim_hand_off, **values)
+            read[policy.value] = sum(_runs_read(plan))
+            read[f"{policy.value} ledger"] = sum(_rows_read(plan, "tw_occurrences"))
+    finally:
+        await conn.close()
+    assert len(plans) == BATCH
+    assert read["allow"] == 0, read
+    # skip: two probes per job (a run going, a run held back), finding its one run;
+    # cancel_previous: those, and the cancel's lookup and update of that run.
+    assert read["skip"] <= 2 * BATCH, read
+    assert read["cancel_previous"] <= 4 * BATCH, read
+    # The ledger: a skip reads the job's latest row (none here), nothing else.
+    assert read["skip ledger"] <= BATCH, read
+    assert read["allow ledger"] == read["cancel_previous ledger"] == 0, read
+
+
+# Ledger rows of jobs that are not claimed here.
+LEDGER = """
+INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
+SELECT 'other-' || g, $1::bigint - g * 1000, $1::bigint - g * 1000, 1, 'skipped_overlap', g,
+       $1::bigint - g * 1000
+FROM generate_series(1, $2::int) g
+"""
+
+
+def _rows_read(plan: dict[str, Any], table: str) -> Iterator[int]:
+    """Rows each scan of `table` in an executed plan returned, over all its loops."""
+    if plan.get("Relation Name") == table and "Scan" in plan["Node Type"]:
+        yield int(plan["Actual Rows"] * plan["Actual Loops"])
+    for child in plan.get("Plans", []):
+        yield from _rows_read(child, table)

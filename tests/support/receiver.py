@@ -54,13 +54,17 @@ class Receiver:
     _held: dict[str, list[asyncio.Event]] = field(default_factory=dict)
     port: int = 0
     tls: ssl.SSLContext | None = None  # a server context: the receiver speaks https
+    # Notice clients that close the connection while their request is held: such a request
+    # is recorded in `aborted` (by path) and leaves the held ones.
+    notice_aborts: bool = False
+    aborted: list[str] = field(default_factory=list)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _runner: web.AppRunner | None = None
 
     async def start(self) -> Receiver:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=self.notice_aborts)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls).start()
         self.port = self._runner.addresses[0][1]
@@ -91,7 +95,14 @@ class Receiver:
             self.hold[request.path] -= 1
             gate = asyncio.Event()
             self._held.setdefault(request.path, []).append(gate)
-            await gate.wait()
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:  # the client closed the connection (notice_aborts)
+                self._held[request.path].remove(gate)
+                async with self._changed:
+                    self.aborted.append(request.path)
+                    self._changed.notify_all()
+                raise
         headers = {}
         if request.path in self.retry_after:
             headers["retry-after"] = self.retry_after[request.path]
@@ -114,6 +125,12 @@ class Receiver:
 
     def for_path(self, path: str) -> list[Delivery]:
         return [d for d in self.deliveries if d.path == path]
+
+    async def wait_for_abort(self, path: str, timeout_s: float = 30.0) -> None:
+        """Wait until a client closed its connection while its request on `path` was held
+        (needs `notice_aborts`)."""
+        async with asyncio.timeout(timeout_s), self._changed:
+            await self._changed.wait_for(lambda: path in self.aborted)
 
     async def wait_for(self, path: str, count: int, timeout_s: float = 30.0) -> list[Delivery]:
         """Wait until `path` got at least `count` deliveries (an event, not a sleep)."""

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from tickwork.clock import ManualClock
+from tickwork.store.base import Extended
 from tickwork.store.memory import MemoryStore
 from tickwork.worker.executor import Executor, ExecutorConfig
 
@@ -26,7 +27,7 @@ class CountingExtends(MemoryStore):
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
-    ) -> int:
+    ) -> Extended:
         self.calls.append(list(leases))
         return await super().extend_leases(leases, lease_until=lease_until)
 

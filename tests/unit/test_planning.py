@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tickwork.domain.jobs import AtTrigger, CronTrigger, EveryTrigger, MisfirePolicy, Schedule
+from tickwork.domain.jobs import (
+    AtTrigger,
+    CronTrigger,
+    EveryTrigger,
+    MisfirePolicy,
+    OverlapPolicy,
+    Schedule,
+)
 from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
 from tickwork.store.base import DueJob
 
@@ -167,3 +175,28 @@ def test_a_conflict_or_a_skipped_occurrence_voids_the_bound() -> None:
     skipped = plan_claim(due(every_second(MisfirePolicy.SKIP), T0 - timedelta(hours=1)), T0)
     assert skipped.scheduled_for is None
     assert settled_bound([*clean, skipped], T0 + 50 * MS, conflicts=0) is None
+
+
+@pytest.mark.parametrize("policy", list(OverlapPolicy))
+@pytest.mark.parametrize("late", [0, 10])  # on time, and coalesced after a misfire
+def test_a_plan_carries_a_recurring_jobs_overlap_policy(policy: OverlapPolicy, late: int) -> None:
+    plan = plan_claim(due(every_second(overlap=policy)), T0 + late * S)
+    assert plan.overlap is policy
+
+
+def test_a_one_shot_never_overlaps_itself() -> None:
+    at = Schedule(trigger=AtTrigger(at=T0), overlap=OverlapPolicy.SKIP)
+    assert plan_claim(due(at), T0).overlap is OverlapPolicy.ALLOW
+
+
+@pytest.mark.parametrize("policy", list(OverlapPolicy))
+def test_the_last_fire_of_max_runs_says_where_to_go_if_it_is_skipped(
+    policy: OverlapPolicy,
+) -> None:
+    plan = plan_claim(replace(due(every_second(overlap=policy, max_runs=3)), fired_count=2), T0)
+    assert plan.new_next_run_at is None  # this fire completes the job...
+    # ...unless the overlap policy skips it: then the job has not had its third fire yet.
+    expected = None if policy is OverlapPolicy.ALLOW else T0 + S
+    assert plan.next_if_skipped == expected
+    not_last = plan_claim(replace(due(every_second(overlap=policy, max_runs=3)), fired_count=1), T0)
+    assert not_last.next_if_skipped is None

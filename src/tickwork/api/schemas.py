@@ -628,7 +628,10 @@ MaxRuns = Annotated[
 ]
 Overlap = Annotated[
     OverlapPolicy,
-    Field(description="when the previous run is still going: allow (default), skip, ..."),
+    Field(
+        description="when an occurrence is due while the job's previous run is still going:"
+        " allow (default: run side by side), skip, buffer_one or cancel_previous"
+    ),
 ]
 
 
@@ -1009,10 +1012,11 @@ class RunList(_Output):
     next_before: int | None = Field(description="pass as ?before= for older runs; null: done")
 
 
-AttemptStatus = Literal["succeeded", "failed", "retry"]
+AttemptStatus = Literal["succeeded", "failed", "retry", "cancelled"]
 _ATTEMPT_STATUS: dict[RunStatus, AttemptStatus] = {
     RunStatus.SUCCEEDED: "succeeded",
     RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "cancelled",  # overlap cancel_previous stopped it
     RunStatus.PENDING: "retry",  # the attempt failed and another one was scheduled
 }
 

@@ -56,6 +56,7 @@ def job_body(o: Mapping[str, Any]) -> dict[str, Any]:
     }
     if any(v is not None for v in retry.values()):
         job["retry"] = present(retry)
+    job |= present({"overlap": o["overlap"], "max_runs": o["max_runs"]})
     return job | ({"tenant": o["tenant"]} if o["tenant"] else {})
 
 

@@ -53,6 +53,16 @@ def jobs_create(
     start_at: Annotated[str | None, typer.Option(help="no fire before this instant")] = None,
     end_at: Annotated[str | None, typer.Option(help="no fire after this instant")] = None,
     misfire: Annotated[str | None, typer.Option(help="coalesce, fire_all or skip")] = None,
+    overlap: Annotated[
+        str | None,
+        typer.Option(
+            help="while the previous run goes: allow, skip, buffer_one or cancel_previous"
+            " [default: allow]"
+        ),
+    ] = None,
+    max_runs: Annotated[
+        int | None, typer.Option(help="complete after this many scheduled fires")
+    ] = None,
     url: Annotated[str | None, typer.Option(help="webhook URL (http or https)")] = None,
     method: Annotated[str | None, typer.Option(help="HTTP method [default: POST]")] = None,
     header: Annotated[list[str] | None, typer.Option(help="'Name: value'; repeatable")] = None,
@@ -86,7 +96,7 @@ def jobs_create(
         "end_at": end_at, "misfire": misfire, "url": url, "method": method, "header": header,
         "body": body, "timeout": timeout, "tenant": tenant, "max_attempts": max_attempts,
         "backoff": backoff, "max_backoff": max_backoff, "task": task, "args": args,
-        "secret": secret, "on_failure": on_failure,
+        "secret": secret, "on_failure": on_failure, "overlap": overlap, "max_runs": max_runs,
     }  # fmt: skip
     payload = load_job_file(file, options) if file else job_body(options)
     job = api_client(api).call("POST", "/v1/jobs", json=payload)

@@ -19,6 +19,9 @@ class RunStatus(StrEnum):
     PENDING = "pending"  # claimed, waiting for (or in) execution, or for its next retry
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # terminal: a non-retryable failure or the last attempt; dead-lettered
+    # terminal: stopped by the store, not by its executor (overlap cancel_previous: a newer
+    # occurrence of its job was due while it was still going)
+    CANCELLED = "cancelled"
 
 
 class RunOrigin(StrEnum):
@@ -28,7 +31,7 @@ class RunOrigin(StrEnum):
     CATCHUP = "catchup"  # misfire policy `all`: a missed occurrence fired late
 
 
-TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED})
+TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 
 def occurrence_key(

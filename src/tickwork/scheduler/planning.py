@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from tickwork.domain.jobs import MisfirePolicy
+from tickwork.domain.jobs import AtTrigger, MisfirePolicy, OverlapPolicy, Schedule
 from tickwork.store.base import ClaimPlan, DueJob
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
@@ -76,6 +76,9 @@ def _plan(
 ) -> ClaimPlan:
     max_runs = due.schedule.max_runs
     last = max_runs is not None and due.fired_count + 1 >= max_runs
+    overlap = overlap_of(due.schedule)
+    # If the overlap policy skips the max_runs-th fire, the job has not had it: it goes on.
+    skipped_last = last and overlap is not OverlapPolicy.ALLOW
     return ClaimPlan(
         job_id=due.job_id,
         expected_fence=due.fence_token,
@@ -87,7 +90,17 @@ def _plan(
         missed_first=None if missed is None else missed[0],
         missed_last=None if missed is None else missed[1],
         epoch=epoch,
+        overlap=overlap,
+        next_if_skipped=next_occurrence(due.schedule, fire) if skipped_last else None,
     )
+
+
+def overlap_of(schedule: Schedule) -> OverlapPolicy:
+    """The overlap policy a claim applies: the schedule's, except for a one-shot, which has no
+    earlier occurrence to overlap (ALLOW makes the claim probe nothing)."""
+    if isinstance(schedule.trigger, AtTrigger):
+        return OverlapPolicy.ALLOW
+    return schedule.overlap
 
 
 def settled_bound(

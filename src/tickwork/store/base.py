@@ -43,7 +43,7 @@ from typing import Literal, Protocol, TypeVar
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.backfills import Backfill, BackfillSlice, RunningBackfill
 from tickwork.domain.egress import EgressRules
-from tickwork.domain.jobs import Job, JobState, Schedule
+from tickwork.domain.jobs import Job, JobState, OverlapPolicy, Schedule
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.partitions import DueHead, Node, PartitionLease
@@ -118,6 +118,34 @@ class ClaimPlan:
     # The epoch of the job's partition lease the claimer holds; None claims without that check
     # (a tool, a test, a single process that holds every partition by construction).
     epoch: int | None = None
+    # What the claim does if the job still has a run going (docs/policies.md). ALLOW, the
+    # default, makes the claim probe nothing: only other policies pay for the look-up.
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    # Where the job goes instead of `new_next_run_at` if the overlap policy skips this fire:
+    # set when this fire would complete the job at its max_runs, which a skipped occurrence
+    # does not count towards (None: the same place either way).
+    next_if_skipped: datetime | None = None
+
+
+# The lease end of a run held back by overlap buffer_one until the job's running run ends: far
+# beyond any clock, so no lease, queue depth or next-lease read ever counts it as leasable.
+# 9999-01-01T00:00:00Z in epoch microseconds; finish_runs sets the real instant.
+HELD_LEASE_US = 253_370_764_800_000_000
+# The error a run cancelled by overlap cancel_previous records (run and attempt).
+CANCELLED_BY_OVERLAP = "cancelled: a newer occurrence was due (overlap cancel_previous)"
+
+
+class Extended(int):
+    """How many leases `extend_leases` extended, and which (run_id, fence) pairs (`leases`):
+    the executor stops the fires whose lease the store refused (a cancelled run)."""
+
+    leases: frozenset[tuple[int, int]]
+
+    def __new__(cls, leases: Iterable[tuple[int, int]]) -> Extended:
+        pairs = frozenset(leases)
+        extended = super().__new__(cls, len(pairs))
+        extended.leases = pairs
+        return extended
 
 
 class Claimed(list[T]):
@@ -303,6 +331,16 @@ class ClaimStore(Protocol):
         claim + advance + pending run. A plan with no `scheduled_for` (a misfire skip) advances
         the job and fires nothing.
 
+        Overlap (docs/policies.md): for a plan whose `overlap` is not ALLOW, the same
+        transaction looks for the job's runs still going (pending, any origin) and applies
+        `domain.overlap.decide`: SKIP advances the job without a fire (fired_count and
+        last_fired_at stay; `next_if_skipped` replaces a completion at max_runs) and records a
+        `skipped_overlap` row in the occurrence ledger naming the blocking run; HOLD inserts the
+        run held back (lease end HELD_LEASE_US, attempt 0, unowned: no fire, no envelope) and
+        marks the run it waits for, whose finish releases it; CANCEL cancels every pending run
+        of the job (status CANCELLED, finished at `now`, fence + 1, an attempt row for a leased
+        one) and fires as usual. ALLOW plans look nothing up.
+
         Partitions (ADR 0015): a plan with an `epoch` is claimed only if `owner` holds the
         job's partition at that epoch and the lease has not expired by the database's clock,
         or if the job is overdue by more than `takeover_grace_ms` at `now` (the takeover of a
@@ -413,7 +451,9 @@ class LeaseStore(Protocol):
         A hand-off that was never leased (attempt 0, origin "schedule") must also be free at
         `hand_offs_by` (default `now`): a worker behind an external queue passes an earlier
         instant, because such a run's message may still be on its way to another worker.
-        Every other run (attempt 1 or more, or a manual trigger) needs only `now`.
+        Every other run (attempt 1 or more, or a manual trigger, or a run overlap buffer_one
+        held back and released: it was never published, and its lease end is no longer its
+        instant) needs only `now`. A run still held back is never leased.
 
         Each run leased gets fence + 1, attempt + 1, `owner` and `lease_until`, atomically: two
         workers leasing at once never get the same run. Returns them as fires (job target,
@@ -477,12 +517,12 @@ class LeaseStore(Protocol):
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
-    ) -> int:
+    ) -> Extended:
         """Heartbeat: move the lease of each pending (run_id, fence_token) to `lease_until`.
 
-        Returns how many were extended (a pair named twice counts once); a run whose fence
-        moved on (its lease expired and another worker took it) or that finished is not
-        touched."""
+        Returns how many were extended (a pair named twice counts once), as an `Extended`
+        naming the pairs; a run whose fence moved on (its lease expired and another worker took
+        it, or overlap cancel_previous cancelled it) or that finished is not touched."""
         ...
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
@@ -494,6 +534,10 @@ class LeaseStore(Protocol):
         applied outcome also appends the attempt to the history. SUCCEEDED finishes the run;
         FAILED finishes and dead-letters it; PENDING releases it until `retry_at` (the next
         `lease_runs` after that instant runs it again, at a new fence).
+
+        A SUCCEEDED or FAILED outcome of a run that overlap buffer_one made another wait for
+        releases that run (leasable from the outcome's finished_at) in the same transaction,
+        and wakes the watchers of "runs" (other processes too, where the backend can tell).
 
         Returns an `Applied`: the count, which also names the runs whose outcome applied (the
         executor sends a dead-letter alert only for a FAILED outcome whose write committed).

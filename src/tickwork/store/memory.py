@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from tickwork.clock import Clock, SystemClock
+from tickwork.clock import Clock, SystemClock, from_us
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.backfills import (
     Backfill,
@@ -21,9 +21,10 @@ from tickwork.domain.backfills import (
     RunningBackfill,
 )
 from tickwork.domain.egress import EgressRules
-from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.occurrences import LedgerRange, LedgerReason
+from tickwork.domain.overlap import FIRE, Decision, Verdict, decide
 from tickwork.domain.partitions import (
     DEFAULT_PARTITIONS,
     DueHead,
@@ -45,11 +46,14 @@ from tickwork.domain.runs import (
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
 from tickwork.store.base import (
+    CANCELLED_BY_OVERLAP,
     DEFAULT_TAKEOVER_GRACE_MS,
+    HELD_LEASE_US,
     Applied,
     Claimed,
     ClaimPlan,
     DueJob,
+    Extended,
     HistoryMaintenance,
     JobQuery,
     LeaseView,
@@ -63,6 +67,7 @@ from tickwork.store.base import (
 )
 
 DEFAULT_TENANT = "default"  # the tenant every database starts with (migration 0006)
+_HELD = from_us(HELD_LEASE_US)  # the lease end of a run buffer_one holds back
 
 
 class MemoryStore:
@@ -83,6 +88,9 @@ class MemoryStore:
         self._next_run_id = 1
         self._ledger: list[LedgerRange] = []  # in id order
         self._next_ledger_id = 1
+        # A run still going when buffer_one held a newer one back -> the held run's key
+        # (tw_runs.releases_key): finishing the first releases the second.
+        self._releases: dict[int, str] = {}
         # Like a migrated database (0006), it starts with the `default` tenant.
         started = self._clock.now()
         self._tenants: dict[str, Tenant] = {
@@ -274,18 +282,30 @@ class MemoryStore:
             if not self._may_claim(plan, lease, owner, overdue_before):
                 refused += 1
                 continue
+            decision = self._overlap(plan)
+            # A skipped occurrence advances the job without counting as a fire.
+            fired = None if decision.verdict is Verdict.SKIP else plan.scheduled_for
             fence = job.fence_token + 1
+            new_next = plan.new_next_run_at
+            if decision.verdict is Verdict.SKIP and plan.next_if_skipped is not None:
+                new_next = plan.next_if_skipped  # not the max_runs-th fire after all
             self._jobs[job.id] = replace(
                 job,
                 fence_token=fence,
-                next_run_at=plan.new_next_run_at if plan.new_next_run_at else job.next_run_at,
-                state=JobState.SCHEDULED if plan.new_next_run_at else JobState.COMPLETED,
-                last_fired_at=plan.scheduled_for or job.last_fired_at,
-                fired_count=job.fired_count + (plan.scheduled_for is not None),
+                next_run_at=new_next if new_next else job.next_run_at,
+                state=JobState.SCHEDULED if new_next else JobState.COMPLETED,
+                last_fired_at=fired or job.last_fired_at,
+                fired_count=job.fired_count + (fired is not None),
             )
             if plan.scheduled_for is None:
                 self._record_missed(plan, None, now)
                 continue
+            if decision.verdict is Verdict.SKIP:
+                self._record_skip(job.id, plan.scheduled_for, decision.blocker, now)
+                self._record_missed(plan, None, now)  # what it folded is skipped with it
+                continue
+            if decision.verdict is Verdict.CANCEL:
+                self._cancel_runs_of(job.id, now)
             run = self._insert_run(
                 job, plan.scheduled_for, RunOrigin.SCHEDULE, fence, plan.coalesced, now, attempt
             )
@@ -298,6 +318,12 @@ class MemoryStore:
             if run is not None:
                 run = replace(run, claim_epoch=lease.epoch)
                 self._runs[run.id] = run
+                if decision.verdict is Verdict.HOLD:
+                    run = replace(run, attempt=0)  # leased later, by whoever leases from here
+                    self._runs[run.id] = run
+                    self._leases[run.id] = (None, _HELD)
+                    self._releases[decision.blocker] = run.key  # type: ignore[index]
+                    continue
                 claimed.append((run, job))
         return claimed, refused
 
@@ -318,6 +344,73 @@ class MemoryStore:
                 recorded_at=now,
             )
         )
+
+    def _overlap(self, plan: ClaimPlan) -> Decision:
+        """The overlap decision for a plan (nothing looked up for ALLOW)."""
+        if plan.overlap is OverlapPolicy.ALLOW or plan.scheduled_for is None:
+            return FIRE
+        pending = [self._runs[i] for i in self._leases if self._runs[i].job_id == plan.job_id]
+        held = [r.id for r in pending if self._leases[r.id][1] == _HELD]
+        active = [r.id for r in pending if self._leases[r.id][1] != _HELD]
+        return decide(plan.overlap, active, held)
+
+    def _record_skip(self, job_id: str, at: datetime, blocker: int | None, now: datetime) -> None:
+        """A ledger row for a skipped occurrence; a skip right after a skip for the same
+        blocking run extends the job's latest row instead (as the SQL stores do)."""
+        mine = [(n, e) for n, e in enumerate(self._ledger) if e.job_id == job_id]
+        latest = max(mine, key=lambda found: found[1].first, default=None)
+        if latest is not None and (latest[1].reason, latest[1].run_id) == (
+            LedgerReason.SKIPPED_OVERLAP,
+            blocker,
+        ):
+            n, entry = latest
+            self._ledger[n] = replace(entry, last=at, count=entry.count + 1, recorded_at=now)
+            return
+        self._record(
+            LedgerRange(
+                job_id=job_id,
+                first=at,
+                last=at,
+                count=1,
+                reason=LedgerReason.SKIPPED_OVERLAP,
+                run_id=blocker,
+                recorded_at=now,
+            )
+        )
+
+    def _cancel_runs_of(self, job_id: str, now: datetime) -> None:
+        """overlap cancel_previous: every pending run of the job ends cancelled, its fence
+        moved on (its holder's heartbeat and outcome are refused); a leased one gets an
+        attempt row saying why."""
+        for run_id in [i for i in self._leases if self._runs[i].job_id == job_id]:
+            holder, _ = self._leases.pop(run_id)
+            self._releases.pop(run_id, None)
+            run = self._runs[run_id]
+            self._runs[run_id] = replace(
+                run,
+                status=RunStatus.CANCELLED,
+                fence_token=run.fence_token + 1,
+                finished_at=now,
+                error=CANCELLED_BY_OVERLAP,
+                last_error=CANCELLED_BY_OVERLAP,
+            )
+            if holder is not None:
+                self._attempts.append(
+                    AttemptRecord(
+                        id=self._next_attempt_id,
+                        run_id=run_id,
+                        job_id=job_id,
+                        attempt=run.attempt,
+                        fence_token=run.fence_token,
+                        worker=holder,
+                        started_at=now,
+                        finished_at=now,
+                        status=RunStatus.CANCELLED,
+                        http_status=None,
+                        error=CANCELLED_BY_OVERLAP,
+                    )
+                )
+                self._next_attempt_id += 1
 
     def _may_claim(
         self, plan: ClaimPlan, lease: PartitionLease, owner: str, overdue_before: datetime
@@ -502,7 +595,8 @@ class MemoryStore:
         expired = [
             run_id
             for run_id, (_, until) in sorted(self._leases.items(), key=lambda kv: kv[1][1])
-            if until <= now and (until <= hand_offs_by or not _never_leased(self._runs[run_id]))
+            if until <= now
+            and (until <= hand_offs_by or not _never_leased(self._runs[run_id], until))
         ][:limit]
         fires = []
         for run_id in expired:
@@ -585,21 +679,25 @@ class MemoryStore:
 
     async def next_lease_at(self, after: datetime | None = None) -> datetime | None:
         return min(
-            (until for _, until in self._leases.values() if after is None or until > after),
+            (
+                until
+                for _, until in self._leases.values()
+                if (after is None or until > after) and until != _HELD
+            ),
             default=None,
         )
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
-    ) -> int:
-        extended = 0
+    ) -> Extended:
+        extended = []
         for run_id, fence in distinct_leases(leases):
             run = self._runs.get(run_id)
             if run is None or run.fence_token != fence or run_id not in self._leases:
                 continue
             self._leases[run_id] = (self._leases[run_id][0], lease_until)
-            extended += 1
-        return extended
+            extended.append((run_id, fence))
+        return Extended(extended)
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         applied: list[int] = []
@@ -612,12 +710,23 @@ class MemoryStore:
             self._runs[run.id] = _after(run, outcome)
             if outcome.retry_at is None:
                 self._leases.pop(run.id, None)
+                self._release_held(self._releases.pop(run.id, None), outcome.finished_at)
             else:
                 self._leases[run.id] = (None, outcome.retry_at)
             self._attempts.append(_attempt_record(self._next_attempt_id, outcome))
             self._next_attempt_id += 1
             applied.append(run.id)
         return Applied(applied)
+
+    def _release_held(self, key: str | None, at: datetime) -> None:
+        """buffer_one: the run held back behind one that just ended becomes leasable."""
+        if key is None:
+            return
+        for run_id, (holder, until) in self._leases.items():
+            if until == _HELD and self._runs[run_id].key == key:
+                self._leases[run_id] = (holder, at)
+                self._watchers.notify("runs")
+                return
 
     # -- tenants ----------------------------------------------------------------------------
     async def get_tenant(self, tenant: str) -> Tenant | None:
@@ -917,9 +1026,12 @@ class MemoryStore:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _never_leased(run: Run) -> bool:
-    """A hand-off no worker has leased yet (lease_runs' `hand_offs_by` applies to it)."""
-    return run.attempt == 0 and run.origin is RunOrigin.SCHEDULE
+def _never_leased(run: Run, lease_until: datetime) -> bool:
+    """A hand-off no worker has leased yet (lease_runs' `hand_offs_by` applies to it); a run
+    that buffer_one held back and released was never published, and its lease end says so."""
+    return (
+        run.attempt == 0 and run.origin is RunOrigin.SCHEDULE and lease_until == run.scheduled_for
+    )
 
 
 def _after(run: Run, outcome: RunOutcome) -> Run:

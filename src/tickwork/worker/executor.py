@@ -14,6 +14,11 @@ of the fires held here (worker/lease_timing.py says which, how often and why). A
 released by an outcome is announced to whoever leases from the store (`on_retry_released`),
 so it is leased again when its backoff ends.
 
+A fire whose lease the store refuses to extend is stopped: its run was cancelled (overlap
+cancel_previous) or its lease ran out and another worker took it, so its outcome would be
+rejected anyway. A running task gets asyncio cancellation, a webhook's request is aborted (its
+connection closed); no outcome is written for it, and a fire still waiting never starts.
+
 A job's dead-letter alert (`on_failure`) is sent only once the batch that dead-letters its run
 has been written and the store confirmed that this outcome applied: a zombie whose outcome the
 fence rejected stays silent. Alerts run as their own tasks, outside the fires' concurrency
@@ -111,6 +116,10 @@ class Executor:
         # run_id -> (fence, lease end) of every fire we hold: the heartbeat renews the leases
         # that are at least a heartbeat old (worker/lease_timing.py).
         self._leased: dict[int, tuple[int, datetime]] = {}
+        # run_id -> (fence, the runner task running it) while its runner is awaited, and the
+        # (run_id, fence) leases the store refused to extend: those fires are stopped.
+        self._running: dict[int, tuple[int, asyncio.Task[None]]] = {}
+        self._stopped: set[tuple[int, int]] = set()
         self._lease_ttl = timedelta(milliseconds=config.lease_ttl_ms)
         self._heartbeat = timedelta(milliseconds=config.heartbeat_ms)
         self._retry_listeners: list[Callable[[datetime], None]] = []
@@ -223,13 +232,34 @@ class Executor:
                 self._idle.set()
 
     async def _execute(self, fire: Fire) -> None:
+        lease = (fire.run_id, fire.fence_token)
+        if lease in self._stopped:  # refused before it started: it never runs
+            self._stopped.discard(lease)
+            return
         started = self._clock.now()
         metrics.FIRE_LATENESS.observe(max((started - fire.scheduled_for).total_seconds(), 0))
+        task = asyncio.current_task()
+        assert task is not None
+        self._running[fire.run_id] = (fire.fence_token, task)
         try:
             attempt = await self._runner(fire)
+        except asyncio.CancelledError:
+            if lease not in self._stopped:
+                raise  # a shutdown
+            self._stopped.discard(lease)
+            if task.uncancel() > 0:
+                raise  # a shutdown came too
+            log.info(
+                "fire stopped: the store refused its lease (a cancelled run)",
+                extra={"action": "fire_stopped", "run_id": fire.run_id},
+            )
+            return
         except Exception as exc:  # a runner bug must not lose the outcome
             log.exception("runner failed", extra={"action": "runner_crashed"})
             attempt = Attempt(ok=False, error=f"internal error: {type(exc).__name__}")
+        finally:
+            if self._running.get(fire.run_id, (None,))[0] == fire.fence_token:
+                del self._running[fire.run_id]
         finished = self._clock.now()
         metrics.RUN_SECONDS.observe((finished - started).total_seconds())
         outcome = outcome_for(
@@ -248,8 +278,9 @@ class Executor:
     async def heartbeat(self) -> int:
         """Renew, in one batch, the leases of the fires held here (waiting or running) that
         are at least a heartbeat old; returns how many the store extended. A lease whose fence
-        moved on (it ran out and another worker took the run) is not extended: the outcome of
-        this attempt will be rejected the same way."""
+        moved on (overlap cancel_previous cancelled the run, or it ran out and another worker
+        took the run) is not extended, and its fire is stopped (`_stop`): the outcome of this
+        attempt would be rejected the same way."""
         now = self._clock.now()
         due = renew_by(now, self._lease_ttl, self._heartbeat)
         leases = [(run_id, fence) for run_id, (fence, end) in self._leased.items() if end <= due]
@@ -259,9 +290,22 @@ class Executor:
         extended = await self._store.extend_leases(leases, lease_until=until)
         for run_id, fence in leases:
             held = self._leased.get(run_id)
-            if held is not None and held[0] == fence:  # not finished or leased anew meanwhile
+            if held is None or held[0] != fence:
+                continue  # finished or leased anew meanwhile
+            if (run_id, fence) in extended.leases:
                 self._leased[run_id] = (fence, until)
+            else:
+                self._stop(run_id, fence)
         return extended
+
+    def _stop(self, run_id: int, fence: int) -> None:
+        """Stop the fire of a lease the store refused: cancel its runner if it is running (a
+        webhook's request is aborted), or let it be dropped when its turn comes."""
+        del self._leased[run_id]
+        self._stopped.add((run_id, fence))
+        running = self._running.get(run_id)
+        if running is not None and running[0] == fence:
+            running[1].cancel()
 
     async def flush(self) -> int:
         """Write the outcomes gathered so far in one batch; returns how many were applied."""
@@ -279,6 +323,7 @@ class Executor:
             held = self._leased.get(outcome.run_id)
             if held is not None and held[0] == outcome.fence_token:
                 del self._leased[outcome.run_id]
+            self._stopped.discard((outcome.run_id, outcome.fence_token))  # it ended first
             if outcome.retry_at is not None:
                 for listener in self._retry_listeners:
                     listener(outcome.retry_at)

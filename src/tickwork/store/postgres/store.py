@@ -31,7 +31,7 @@ from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.backfills import Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
-from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
@@ -40,11 +40,14 @@ from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, StoreError, TenantExists, TenantHasJobs
 from tickwork.sealing import Keyring
 from tickwork.store.base import (
+    CANCELLED_BY_OVERLAP,
     DEFAULT_TAKEOVER_GRACE_MS,
+    HELD_LEASE_US,
     Applied,
     Claimed,
     ClaimPlan,
     DueJob,
+    Extended,
     HistoryMaintenance,
     LeaseView,
     NodeAnnouncement,
@@ -519,25 +522,33 @@ class PostgresStore(SqlReads, SqlBackfillReads):
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
-    ) -> int:
+    ) -> Extended:
         if not leases:
-            return 0
+            return Extended(())
         unique = distinct_leases(leases)
         values = {
             "ids": [run_id for run_id, _ in unique],
             "fences": [fence for _, fence in unique],
             "lease_until": to_us(lease_until),
         }
-        return await self._execute(self._sql.extend_leases, values, "extending leases")
+        found = await self._fetch(self._sql.extend_leases, values, "extending leases")
+        return Extended((r["id"], r["fence_token"]) for r in found)
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not outcomes:
             return Applied(())
         # One outcome per (run, fence): a repeat would also join the applied row twice.
         params = [rows.outcome_params(o) for o in last_outcome_per_lease(outcomes)]
-        values = {column: [p[name] for p in params] for column, name in _OUTCOME_ARRAYS.items()}
+        values: dict[str, Any] = {
+            column: [p[name] for p in params] for column, name in _OUTCOME_ARRAYS.items()
+        }
+        values["held"] = HELD_LEASE_US
         applied = await self._fetch(self._sql.finish_runs, values, "recording runs")
-        return Applied(r["run_id"] for r in applied)
+        if any(r["run_id"] is None for r in applied):  # buffer_one released held runs
+            with translated("recording runs"):
+                await self._notify(self.pool, "runs")
+            self._watchers.notify("runs")
+        return Applied(r["run_id"] for r in applied if r["run_id"] is not None)
 
     async def get_tenant(self, tenant: str) -> Tenant | None:
         found = await self._query(self._sql.get_tenant, {"tenant": tenant})
@@ -674,6 +685,8 @@ def _claim_values(
         "owner": owner,
         "now": to_us(now),
         "overdue_before": to_us(overdue_before),
+        "held": HELD_LEASE_US,
+        "cancel_error": CANCELLED_BY_OVERLAP,
     }
 
 
@@ -712,7 +725,10 @@ def _next_due(parts: tuple[int, ...]) -> Statement:
 
 def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
     """The plans as parallel arrays for unnest(): one round trip for the whole batch."""
-    ids, fences, expected, new_next, states, fired, coalesced, keys, epochs = ([] for _ in range(9))
+    ids, fences, expected, new_next, states, fired, coalesced, keys, epochs, overlaps = (
+        [] for _ in range(10)
+    )
+    skip_next: list[int | None] = []
     missed_first: list[int | None] = []
     missed_last: list[int | None] = []
     for plan in plans:
@@ -729,9 +745,15 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         epochs.append(plan.epoch)
         missed_first.append(rows.us_or_none(plan.missed_first))
         missed_last.append(rows.us_or_none(plan.missed_last))
+        # NULL for allow (and for a plan that fires nothing): the claim probes nothing then.
+        probe = plan.overlap is not OverlapPolicy.ALLOW and plan.scheduled_for is not None
+        overlaps.append(plan.overlap.value if probe else None)
+        skip_next.append(rows.us_or_none(plan.next_if_skipped))
     return {
         "missed_first_us": missed_first,
         "missed_last_us": missed_last,
+        "overlaps": overlaps,
+        "skip_next_us": skip_next,
         "epochs": epochs,
         "ids": ids,
         "fences": fences,

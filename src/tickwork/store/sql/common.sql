@@ -129,9 +129,11 @@ RETURNING {fire_returning}
 
 -- name: next_lease
 -- The earliest instant at which some pending run's lease is, or becomes, free (of those
--- later than :after, unless it is NULL): the first entry of tw_runs_pending past :after.
+-- later than :after, unless it is NULL): the first entry of tw_runs_pending past :after. A run
+-- held back by overlap buffer_one (lease end :held) has no such instant until it is released.
 SELECT min(lease_until_us) AS next_us FROM tw_runs
 WHERE status = 'pending' AND (CAST(:after AS BIGINT) IS NULL OR lease_until_us > :after)
+  AND lease_until_us < :held
 
 -- name: prune_runs
 -- Delete a batch of finished runs (not dead letters) that finished before :cutoff.

@@ -73,13 +73,24 @@ DELETE FROM tw_jobs WHERE id = :id RETURNING id
 -- :owner as its last claimer and the partition's epoch for the run, and counting a fire for
 -- max_runs. `locked` rows that are not
 -- `allowed` are the stale-epoch refusals the statements report.
+--
+-- Overlap policies (docs/policies.md): a plan's `overlap` is NULL for allow (and for a plan
+-- that fires nothing), and then `decided` reads nothing more. Otherwise it
+-- looks up the job's runs still going through tw_runs_active: the oldest active one, locked
+-- (a finish that commits meanwhile drops it: the next one, or none, is taken), and the oldest
+-- held back by buffer_one (lease end :held). The CASE is domain/overlap.py's `decide`:
+-- `skip` advances the job without a fire and records a ledger row (`skipped`); `hold` inserts
+-- the run held back and marks the run it waits for (`marked`: that run's finish releases it);
+-- `cancel` cancels every pending run of the job (`cancelled`, with an attempt row for those
+-- that were leased) and inserts the new run.
 WITH plan AS (
     SELECT * FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
                          :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
                          :coalesced::int[], :keys::text[], :epochs::bigint[],
-                         :missed_first_us::bigint[], :missed_last_us::bigint[])
+                         :missed_first_us::bigint[], :missed_last_us::bigint[],
+                         :overlaps::text[], :skip_next_us::bigint[])
         AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch,
-             missed_first_us, missed_last_us)
+             missed_first_us, missed_last_us, overlap, skip_next_us)
 ),
 locked AS (
     SELECT p.*, j.partition FROM tw_jobs j JOIN plan p ON j.id = p.id
@@ -93,16 +104,91 @@ allowed AS (
     WHERE l.epoch IS NULL OR l.expected_us < :overdue_before
        OR (pl.owner = :owner AND pl.epoch = l.epoch AND pl.expires_us > {db_now})
 ),
+-- The look-ups are CASE branches, evaluated only when taken; OFFSET 0 keeps the subquery
+-- whole, so each runs once per plan however often the CASE below names its result.
+decided AS (
+    SELECT b.*, CASE
+            WHEN b.active_id IS NULL AND b.held_id IS NULL THEN 'fire'
+            WHEN b.overlap = 'cancel_previous' THEN 'cancel'
+            WHEN b.overlap = 'buffer_one' AND b.held_id IS NULL THEN 'hold'
+            ELSE 'skip'
+        END AS verdict,
+        CASE WHEN b.overlap = 'buffer_one' AND b.held_id IS NOT NULL THEN b.held_id
+             ELSE coalesce(b.active_id, b.held_id) END AS blocker
+    FROM (
+        SELECT a.*,
+            CASE WHEN a.overlap IS NOT NULL THEN (
+                SELECT r.id FROM tw_runs r
+                WHERE r.job_id = a.id AND r.status = 'pending' AND r.lease_until_us <> :held
+                ORDER BY r.id LIMIT 1 FOR UPDATE) END AS active_id,
+            -- An aggregate over the job's pending runs, so that it reads them through
+            -- tw_runs_active, never the held runs of every job through tw_runs_pending.
+            CASE WHEN a.overlap IS NOT NULL THEN (
+                SELECT min(r.id) FILTER (WHERE r.lease_until_us = :held) FROM tw_runs r
+                WHERE r.job_id = a.id AND r.status = 'pending') END AS held_id
+        FROM allowed a OFFSET 0
+    ) b
+),
 claimed AS (
     UPDATE tw_jobs j
-    SET fence_token = j.fence_token + 1, next_run_us = l.new_next_us, state = l.new_state,
-        last_fired_us = coalesce(l.fired_us, j.last_fired_us), claimed_by = :owner,
-        claimed_us = :now,
-        fired_count = j.fired_count + (CASE WHEN l.fired_us IS NULL THEN 0 ELSE 1 END)
-    FROM allowed l
+    SET fence_token = j.fence_token + 1,
+        -- A skipped max_runs-th fire is no fire: the job goes on (skip_next_us).
+        next_run_us = CASE WHEN l.verdict = 'skip' AND l.skip_next_us IS NOT NULL
+                           THEN l.skip_next_us ELSE l.new_next_us END,
+        state = CASE WHEN l.verdict = 'skip' AND l.skip_next_us IS NOT NULL
+                     THEN 'scheduled' ELSE l.new_state END,
+        last_fired_us = coalesce(CASE WHEN l.verdict = 'skip' THEN NULL ELSE l.fired_us END,
+                                 j.last_fired_us),
+        claimed_by = :owner, claimed_us = :now,
+        fired_count = j.fired_count
+            + (CASE WHEN l.fired_us IS NULL OR l.verdict = 'skip' THEN 0 ELSE 1 END)
+    FROM decided l
     WHERE j.id = l.id
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch,
-              l.missed_first_us, l.missed_last_us
+              l.missed_first_us, l.missed_last_us, l.verdict, l.blocker
+),
+-- A skip right after a skip for the same blocking run extends that ledger row (the job's
+-- latest, through tw_occurrences_job): the run was going all along, so no occurrence came
+-- between them. Any other skip gets a row of its own.
+skips AS (
+    SELECT c.id, c.fired_us, c.blocker,
+           (SELECT x.id FROM tw_occurrences x WHERE x.job_id = c.id
+            ORDER BY x.first_us DESC LIMIT 1) AS latest
+    FROM claimed c WHERE c.verdict = 'skip' AND c.fired_us IS NOT NULL
+),
+extended AS (
+    UPDATE tw_occurrences o SET last_us = k.fired_us, count = o.count + 1, recorded_us = :now
+    FROM skips k
+    WHERE o.id = ANY(ARRAY(SELECT latest FROM skips)) AND o.id = k.latest
+      AND o.reason = 'skipped_overlap' AND o.run_id = k.blocker
+    RETURNING o.job_id
+),
+skipped AS (
+    INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
+    SELECT id, fired_us, fired_us, 1, 'skipped_overlap', blocker, :now FROM skips
+    WHERE id NOT IN (SELECT job_id FROM extended)
+),
+marked AS (
+    UPDATE tw_runs r SET releases_key = (
+        SELECT c.key FROM claimed c WHERE c.verdict = 'hold' AND c.blocker = r.id LIMIT 1)
+    WHERE r.id = ANY(ARRAY(SELECT blocker FROM claimed WHERE verdict = 'hold'))
+),
+cancelled AS (
+    UPDATE tw_runs r SET status = 'cancelled', fence_token = r.fence_token + 1,
+        finished_us = :now, error = :cancel_error, last_error = :cancel_error
+    WHERE r.id = ANY(ARRAY(
+            SELECT x.id FROM claimed c CROSS JOIN LATERAL (
+                SELECT id FROM tw_runs WHERE job_id = c.id AND status = 'pending'
+            ) x
+            WHERE c.verdict = 'cancel' ORDER BY x.id))
+      AND r.status = 'pending'
+    RETURNING r.id, r.job_id, r.attempt, r.fence_token - 1 AS fence, r.lease_owner
+),
+cancelled_attempts AS (
+    INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us,
+                             finished_us, status, http_status, error)
+    SELECT id, job_id, attempt, fence, lease_owner, :now, :now, 'cancelled', NULL, :cancel_error
+    FROM cancelled WHERE lease_owner IS NOT NULL
 ),
 refused AS (
     SELECT (SELECT count(*) FROM locked) - (SELECT count(*) FROM allowed) AS n
@@ -112,12 +198,14 @@ refused AS (
 -- The occurrence ledger's write of both claims: one row per claimed plan that folded or skipped
 -- occurrences (missed_first_us set, only past the misfire grace), none otherwise. Coalesced
 -- into the run this claim inserted, or, if the occurrence already had one (its key existed),
--- into that run (read from the statement's snapshot); skipped for misfire when nothing fired.
+-- into that run (read from the statement's snapshot); skipped for misfire when nothing fired
+-- (also when the overlap policy skipped the occurrence they were folded into).
 missed AS (
     INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
     SELECT c.id, c.missed_first_us, c.missed_last_us, c.coalesced,
-           CASE WHEN c.fired_us IS NULL THEN 'skipped_misfire' ELSE 'coalesced_into' END,
-           CASE WHEN c.fired_us IS NOT NULL THEN coalesce(
+           CASE WHEN c.fired_us IS NULL OR c.verdict = 'skip' THEN 'skipped_misfire'
+                ELSE 'coalesced_into' END,
+           CASE WHEN c.fired_us IS NOT NULL AND c.verdict <> 'skip' THEN coalesce(
                (SELECT i.id FROM inserted i WHERE i.key = c.key),
                (SELECT r.id FROM tw_runs r WHERE r.key = c.key)) END,
            :now
@@ -137,11 +225,20 @@ inserted AS (
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch)
     SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, :owner,
            :lease_until, :now, lease_epoch
-    FROM claimed WHERE fired_us IS NOT NULL
+    FROM claimed WHERE fired_us IS NOT NULL AND verdict IN ('fire', 'cancel')
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
 ),
-{record_missed}
+{record_missed},
+-- overlap buffer_one: the run held back, unowned at attempt 0; it is no fire of this claim.
+held AS (
+    INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch)
+    SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL, :held,
+           :now, lease_epoch
+    FROM claimed WHERE fired_us IS NOT NULL AND verdict = 'hold'
+    ON CONFLICT (key) DO NOTHING
+)
 SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
        j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, 0::bigint AS refused
 FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
@@ -159,13 +256,15 @@ inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch)
     SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL,
-           fired_us, :now, lease_epoch
-    FROM claimed WHERE fired_us IS NOT NULL
+           CASE WHEN verdict = 'hold' THEN :held ELSE fired_us END, :now, lease_epoch
+    FROM claimed WHERE fired_us IS NOT NULL AND verdict <> 'skip'
     ON CONFLICT (key) DO NOTHING
-    RETURNING id, job_id, key, scheduled_us, fence_token, attempt
+    RETURNING id, job_id, key, scheduled_us, fence_token, attempt, lease_until_us
 ),
 {record_missed}
-SELECT *, 0::bigint AS refused FROM inserted
+-- A run held back by buffer_one gets no envelope: nothing is published for it.
+SELECT id, job_id, key, scheduled_us, fence_token, attempt, 0::bigint AS refused FROM inserted
+WHERE lease_until_us <> :held
 -- One more row, with only `refused`, when the store refused plans for their epoch.
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused WHERE n > 0
@@ -185,13 +284,16 @@ r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.ret
 -- external queue that is earlier, as its message may still be on its way. Both bounds are one
 -- range of tw_runs_pending in lease_until_us order; the second is a filter on the rows it
 -- reads. On the table queue the two are equal and the filter passes every row; behind a queue
--- it skips the hand-offs whose messages are in flight (ADR 0016).
+-- it skips the hand-offs whose messages are in flight (ADR 0016). A run that buffer_one held
+-- back was never published: released, its lease end is no longer its instant, and it is
+-- leased at once.
 UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
 WHERE r.id = ANY(ARRAY(
         SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-          AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule')
+          AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+               OR lease_until_us <> scheduled_us)
         ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED))
   AND j.id = r.job_id
 RETURNING {fire_join_returning}
@@ -241,10 +343,12 @@ WHERE id = ANY(ARRAY(
 RETURNING {fire_returning}
 
 -- name: extend_leases
--- Heartbeat: move the lease of each pending (:ids, :fences) pair whose fence is still ours.
+-- Heartbeat: move the lease of each pending (:ids, :fences) pair whose fence is still ours;
+-- returns the pairs moved (the executor stops the fires of the others: a cancelled run).
 UPDATE tw_runs r SET lease_until_us = :lease_until
 FROM unnest(:ids::bigint[], :fences::bigint[]) AS l(id, fence)
 WHERE r.id = l.id AND r.fence_token = l.fence AND r.status = 'pending'
+RETURNING r.id, r.fence_token
 
 -- name: finish_runs
 -- Apply a batch of outcomes and append the applied ones to the attempt history, in one
@@ -266,16 +370,34 @@ applied AS (
         lease_until_us = o.retry_us
     FROM o
     WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND r.id = o.id AND r.fence_token = o.fence
-    RETURNING r.id, r.fence_token
+    RETURNING r.id, r.fence_token, r.status, r.finished_us, r.releases_key
+),
+-- overlap buffer_one: a run that ended releases the run held back behind it (releases_key is
+-- NULL on every other run: nothing is looked up for them), leasable from that instant.
+released AS (
+    UPDATE tw_runs h SET lease_until_us = (
+        SELECT a.finished_us FROM applied a WHERE a.releases_key = h.key LIMIT 1)
+    WHERE h.key = ANY(ARRAY(SELECT releases_key FROM applied
+                            WHERE releases_key IS NOT NULL AND status <> 'pending'))
+      AND h.status = 'pending' AND h.lease_until_us = :held
+    RETURNING h.id
+),
+recorded AS (
+    INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us,
+                             finished_us, status, http_status, error)
+    SELECT o.id, o.job_id, o.attempt, o.fence, o.worker, o.started_us, o.finished_us, o.status,
+           o.http_status, o.error
+    -- Joined on the fence too: a stale outcome of the same run in this batch must not ride
+    -- along on the current one's update (the chaos harness found two successes recorded that
+    -- way).
+    FROM o JOIN applied a ON a.id = o.id AND a.fence_token = o.fence
+    RETURNING run_id
 )
-INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
-                         status, http_status, error)
-SELECT o.id, o.job_id, o.attempt, o.fence, o.worker, o.started_us, o.finished_us, o.status,
-       o.http_status, o.error
--- Joined on the fence too: a stale outcome of the same run in this batch must not ride along
--- on the current one's update (the chaos harness found two successes recorded that way).
-FROM o JOIN applied a ON a.id = o.id AND a.fence_token = o.fence
-RETURNING run_id
+SELECT run_id, 0::bigint AS released FROM recorded
+-- One more row, with only `released`, when runs held back were released (the store wakes
+-- the workers that lease from it).
+UNION ALL
+SELECT NULL, count(*) FROM released HAVING count(*) > 0
 
 -- name: redrive
 -- Put dead letters (:ids; NULL: all) back to pending, leasable at :now.

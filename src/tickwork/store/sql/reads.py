@@ -15,7 +15,7 @@ from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.runs import AttemptRecord, Run
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound
-from tickwork.store.base import JobQuery, StoreStats
+from tickwork.store.base import HELD_LEASE_US, JobQuery, StoreStats
 from tickwork.store.sql import rows
 from tickwork.store.sql.named import Statement, Statements
 from tickwork.store.sql.sealed import SealedColumns
@@ -83,7 +83,7 @@ class SqlReads:
         return [rows.ledger_from_row(r) for r in found]
 
     async def next_lease_at(self, after: datetime | None = None) -> datetime | None:
-        params = {"after": None if after is None else to_us(after)}
+        params = {"after": None if after is None else to_us(after), "held": HELD_LEASE_US}
         found = await self._query(self._sql.next_lease, params)
         return rows.dt_or_none(found[0]["next_us"])
 

@@ -106,14 +106,67 @@ VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
+-- Overlap policies (docs/policies.md): run only in the claim transaction, for plans whose job
+-- has a policy other than allow, and in finish_run's for a run that releases a held one.
+
+-- name: pending_runs_of_job
+-- The runs of a job still going (pending: waiting, leased or between retries) and their lease
+-- ends (:held marks one held back by buffer_one); read through tw_runs_active.
+SELECT id, lease_until_us FROM tw_runs WHERE job_id = :job_id AND status = 'pending'
+
+-- name: insert_held_run
+-- overlap buffer_one: the occurrence's run, held back (lease end :held, never leasable) until
+-- the run still going ends; unowned at attempt 0, like a hand-off.
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
+                     lease_owner, lease_until_us, created_us, claim_epoch)
+VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
+        NULL, :held, :now, :lease_epoch)
+ON CONFLICT (key) DO NOTHING
+RETURNING id
+
+-- name: mark_releases
+-- overlap buffer_one: the run still going (:blocker) releases the held run (:key) when it ends.
+UPDATE tw_runs SET releases_key = :key WHERE id = :blocker
+
+-- name: extend_skipped_overlap
+-- overlap skip, right after a skip for the same blocking run (:blocker): the job's latest
+-- ledger row takes in the occurrence :fired_us too (no occurrence came between them).
+UPDATE tw_occurrences SET last_us = :fired_us, count = count + 1, recorded_us = :now
+WHERE id = (SELECT id FROM tw_occurrences WHERE job_id = :job_id ORDER BY first_us DESC LIMIT 1)
+  AND reason = 'skipped_overlap' AND run_id = :blocker
+
+-- name: record_skipped_overlap
+-- overlap skip (or buffer_one with one held already): the occurrence :fired_us of :job_id gets
+-- no run; the ledger names the run that was still going (:blocker). Unless
+-- extend_skipped_overlap took it in.
+INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
+VALUES (:job_id, :fired_us, :fired_us, 1, 'skipped_overlap', :blocker, :now)
+
+-- name: cancel_runs_of_job
+-- overlap cancel_previous: every pending run of :job_id ends cancelled at :now, its fence moved
+-- on so its holder's heartbeat and outcome are refused. Returns those that were leased, for
+-- their attempt rows.
+UPDATE tw_runs SET status = 'cancelled', fence_token = fence_token + 1, finished_us = :now,
+    error = :error, last_error = :error
+WHERE job_id = :job_id AND status = 'pending'
+RETURNING id AS run_id, job_id, attempt, fence_token - 1 AS fence, lease_owner AS worker
+
+-- name: release_held_run
+-- overlap buffer_one: the run held back (its key :key) becomes leasable at :finished_us, the
+-- instant the run it waited for ended.
+UPDATE tw_runs SET lease_until_us = :finished_us
+WHERE key = :key AND status = 'pending' AND lease_until_us = :held
+
 -- name: lease_runs
 -- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
 -- soonest first (fence + 1, attempt + 1); a hand-off never leased (attempt 0, origin
--- 'schedule') must also be free by :hand_offs_by (postgres.sql says why).
+-- 'schedule', its lease end still its instant: not a released buffer_one run) must also be
+-- free by :hand_offs_by (postgres.sql says why).
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until_us = :lease_until
 WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-               AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule')
+               AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+                    OR lease_until_us <> scheduled_us)
              ORDER BY lease_until_us LIMIT :limit)
 RETURNING {fire_returning}
 
@@ -134,11 +187,13 @@ WHERE id = :id AND fence_token = :fence AND status = 'pending'
 
 -- name: finish_run
 -- Apply one outcome if the run is still pending at the outcome's fence (a zombie's late
--- outcome changes nothing); the store records the attempt only when this changed a row.
+-- outcome changes nothing); the store records the attempt only when this changed a row, and
+-- releases the run it names (releases_key: buffer_one) when the outcome ends the run.
 UPDATE tw_runs SET status = :status, started_us = :started_us, finished_us = :finished_us,
     http_status = :http_status, error = :error, last_error = :error,
     dead_lettered_us = :dead_us, lease_owner = NULL, lease_until_us = :retry_us
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
+RETURNING releases_key
 
 -- name: insert_attempt
 -- Append one applied outcome to the attempt history.

@@ -25,20 +25,32 @@ from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.backfills import Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
-from tickwork.domain.jobs import Job, JobState
+from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.occurrences import LedgerRange
+from tickwork.domain.overlap import FIRE, Decision, Verdict, decide
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
-from tickwork.domain.runs import Envelope, Fire, Run, RunOutcome, manual_key, occurrence_key
+from tickwork.domain.runs import (
+    Envelope,
+    Fire,
+    Run,
+    RunOutcome,
+    RunStatus,
+    manual_key,
+    occurrence_key,
+)
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
 from tickwork.sealing import Keyring
 from tickwork.store.base import (
+    CANCELLED_BY_OVERLAP,
     DEFAULT_TAKEOVER_GRACE_MS,
+    HELD_LEASE_US,
     Applied,
     Claimed,
     ClaimPlan,
     DueJob,
+    Extended,
     HistoryMaintenance,
     LeaseView,
     NodeAnnouncement,
@@ -417,23 +429,32 @@ class SqliteStore(SqlReads, SqlBackfillReads):
 
     async def extend_leases(
         self, leases: Sequence[tuple[int, int]], *, lease_until: datetime
-    ) -> int:
+    ) -> Extended:
         if not leases:
-            return 0
+            return Extended(())
         until = to_us(lease_until)
         params = [
             {"id": run_id, "fence": fence, "lease_until": until}
             for run_id, fence in distinct_leases(leases)
         ]
-        return await self._write(
-            lambda conn: sum(conn.execute(SQL.extend_lease.text, p).rowcount for p in params)
+        return Extended(
+            await self._write(
+                lambda conn: [
+                    (p["id"], p["fence"])
+                    for p in params
+                    if conn.execute(SQL.extend_lease.text, p).rowcount
+                ]
+            )
         )
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
         if not outcomes:
             return Applied(())
         params = [rows.outcome_params(o) for o in last_outcome_per_lease(outcomes)]
-        return Applied(await self._write(lambda conn: _finish(conn, params)))
+        applied, released = await self._write(lambda conn: _finish(conn, params))
+        if released:  # buffer_one: a run held back became leasable
+            self._watchers.notify("runs")
+        return Applied(applied)
 
     async def get_tenant(self, tenant: str) -> Tenant | None:
         found = await self._query(SQL.get_tenant, {"tenant": tenant})
@@ -577,13 +598,21 @@ def _lease_view(found: Sequence[sqlite3.Row]) -> LeaseView:
     return LeaseView(now=now, leases=tuple(rows.lease_from_row(r) for r in found))
 
 
-def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> list[int]:
+def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> tuple[list[int], int]:
+    """Apply the outcomes; the runs they applied to, and how many held runs they released."""
     applied = []
+    released = 0
     for p in params:
-        if conn.execute(SQL.finish_run.text, p).rowcount:
-            conn.execute(SQL.insert_attempt.text, p)
-            applied.append(p["run_id"])
-    return applied
+        done = conn.execute(SQL.finish_run.text, p).fetchone()
+        if done is None:
+            continue
+        conn.execute(SQL.insert_attempt.text, p)
+        applied.append(p["run_id"])
+        if done["releases_key"] is not None and p["retry_us"] is None:
+            release = {"key": done["releases_key"], "finished_us": p["finished_us"]}
+            held = {"held": HELD_LEASE_US}
+            released += conn.execute(SQL.release_held_run.text, release | held).rowcount
+    return applied, released
 
 
 def _claim_common(owner: str, now: datetime, takeover_grace_ms: int) -> dict[str, Any]:
@@ -608,6 +637,12 @@ def _claimed_runs(
     refused = 0
     for plan in plans:
         params = {**common, **_plan_params(plan)}
+        decision = _overlap(conn, plan)
+        if decision.verdict is Verdict.SKIP:
+            params["fired_us"] = None  # advance without counting a fire
+            if plan.next_if_skipped is not None:  # not the max_runs-th fire after all
+                params["new_next_us"] = to_us(plan.next_if_skipped)
+                params["new_state"] = JobState.SCHEDULED.value
         claimed = conn.execute(claim_job, params).fetchone()
         if claimed is None:
             if plan.epoch is not None and conn.execute(SQL.claim_refused.text, params).fetchone():
@@ -619,7 +654,13 @@ def _claimed_runs(
             continue
         key = occurrence_key(plan.job_id, scheduled_for)
         params.update(fence=claimed["fence_token"], key=key, coalesced=plan.coalesced)
-        params["lease_epoch"] = claimed["lease_epoch"]
+        params.update(lease_epoch=claimed["lease_epoch"], fired_us=to_us(scheduled_for))
+        if _apply_overlap(conn, decision, params):
+            # Skipped or held back: no fire now. Occurrences folded into a skipped one are
+            # skipped with it; into a held one, they are coalesced into the held run.
+            skipped = decision.verdict is Verdict.SKIP
+            _record_missed(conn, plan, params | {"key": None} if skipped else params)
+            continue
         inserted = conn.execute(insert_run, params).fetchone()
         _record_missed(conn, plan, params)
         if inserted is None:
@@ -640,6 +681,50 @@ def _record_missed(conn: sqlite3.Connection, plan: ClaimPlan, params: dict[str, 
         coalesced=plan.coalesced,
     )
     conn.execute(SQL.record_missed.text, params)
+
+
+def _overlap(conn: sqlite3.Connection, plan: ClaimPlan) -> Decision:
+    """The overlap decision for a plan: a look-up through tw_runs_active, except for ALLOW."""
+    if plan.overlap is OverlapPolicy.ALLOW or plan.scheduled_for is None:
+        return FIRE
+    found = conn.execute(SQL.pending_runs_of_job.text, {"job_id": plan.job_id}).fetchall()
+    held = [r["id"] for r in found if r["lease_until_us"] == HELD_LEASE_US]
+    active = [r["id"] for r in found if r["lease_until_us"] != HELD_LEASE_US]
+    return decide(plan.overlap, active, held)
+
+
+def _apply_overlap(conn: sqlite3.Connection, decision: Decision, params: dict[str, Any]) -> bool:
+    """Apply a claimed plan's overlap decision; whether that took the place of its fire."""
+    if decision.verdict is Verdict.SKIP:
+        skip = params | {"blocker": decision.blocker}
+        if not conn.execute(SQL.extend_skipped_overlap.text, skip).rowcount:
+            conn.execute(SQL.record_skipped_overlap.text, skip)
+        return True
+    if decision.verdict is Verdict.HOLD:
+        if conn.execute(SQL.insert_held_run.text, params | {"held": HELD_LEASE_US}).fetchone():
+            conn.execute(SQL.mark_releases.text, params | {"blocker": decision.blocker})
+        return True
+    if decision.verdict is Verdict.CANCEL:
+        cancel = {"job_id": params["job_id"], "now": params["now"], "error": CANCELLED_BY_OVERLAP}
+        for run in conn.execute(SQL.cancel_runs_of_job.text, cancel).fetchall():
+            if run["worker"] is not None:  # it was leased: its attempt ends here
+                conn.execute(SQL.insert_attempt.text, _cancelled_attempt(run, params["now"]))
+    return False
+
+
+def _cancelled_attempt(run: sqlite3.Row, now_us: int) -> dict[str, Any]:
+    return {
+        "run_id": run["run_id"],
+        "job_id": run["job_id"],
+        "attempt": run["attempt"],
+        "fence": run["fence"],
+        "worker": run["worker"],
+        "started_us": now_us,
+        "finished_us": now_us,
+        "status": RunStatus.CANCELLED.value,
+        "http_status": None,
+        "error": CANCELLED_BY_OVERLAP,
+    }
 
 
 def _claim(

@@ -4,11 +4,11 @@
   [from_us, to_us), the cursor (the last occurrence enqueued: the lane's compare-and-set, so
   two schedulers never enqueue the same slice), how many occurrences the range implies and how
   many were enqueued, its state, its rate and its pacing clock (paced_us).
-- tw_runs_job_pending: a job's pending runs, found without reading its history: the lane
-  enqueues the next occurrence of a job whose overlap is not `allow` only when it has none.
+The lane enqueues the next occurrence of a job whose overlap is not `allow` only when it has no
+pending run; it finds them through tw_runs_active (0010), without reading the job's history.
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
@@ -46,9 +46,7 @@ def upgrade() -> None:
     op.execute(f"CREATE TABLE tw_backfills ({BACKFILL_ID[dialect]} {BACKFILL_COLUMNS})")
     op.execute("CREATE INDEX tw_backfills_job ON tw_backfills (job_id, id)")
     op.execute("CREATE INDEX tw_backfills_running ON tw_backfills (id) WHERE state = 'running'")
-    op.execute("CREATE INDEX tw_runs_job_pending ON tw_runs (job_id) WHERE status = 'pending'")
 
 
 def downgrade() -> None:
-    op.execute("DROP INDEX tw_runs_job_pending")
     op.execute("DROP TABLE tw_backfills")

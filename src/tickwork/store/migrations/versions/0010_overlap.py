@@ -1,0 +1,31 @@
+"""Overlap policies (issue 20): what the claim needs to see a job's run still going.
+
+- tw_runs_active: the pending runs of each job. A claim for a job whose overlap policy is not
+  `allow` probes it (skip, buffer_one and cancel_previous all ask "is a run of this job still
+  going?"). One more index entry per run insert; jobs with `allow` never read it.
+- tw_runs.releases_key: on the run that was still going when overlap buffer_one held a newer
+  occurrence back, the held run's occurrence key. finish_runs releases that run when this one
+  ends, through the key's unique index; a NULL (every other run) costs nothing.
+
+Revision ID: 0010
+Revises: 0009
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute("ALTER TABLE tw_runs ADD COLUMN releases_key TEXT")
+    op.execute("CREATE INDEX tw_runs_active ON tw_runs (job_id) WHERE status = 'pending'")
+
+
+def downgrade() -> None:
+    op.execute("DROP INDEX tw_runs_active")
+    op.execute("ALTER TABLE tw_runs DROP COLUMN releases_key")
