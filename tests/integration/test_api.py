@@ -123,6 +123,7 @@ async def test_create_cron_job_returns_it_armed(api: Api) -> None:
             "end_at": None,
             "misfire": "coalesce",
             "misfire_grace": "PT1S",
+            "dst": {"gap": "cron", "repeat": "cron"},
         },
         "target": {
             "type": "webhook",
@@ -136,6 +137,11 @@ async def test_create_cron_job_returns_it_armed(api: Api) -> None:
         "signing": {"source": "inherit", "fingerprints": []},
         "retry": {"max_attempts": 5, "backoff": "PT1S", "max_backoff": "PT5M", "multiplier": 2.0},
         "on_failure": None,
+        "overlap": "allow",
+        "max_runs": None,
+        "fired_count": 0,
+        "pause_note": None,
+        "paused_at": None,
         "next_run_at": "2026-01-16T01:00:00Z",  # 02:00 in Berlin (CET, +01:00)
         "last_fired_at": None,
         "fence_token": 0,
@@ -181,6 +187,7 @@ async def test_all_schedule_options_round_trip(api: Api) -> None:
         "end_at": "2026-03-01T00:00:00.250Z",
         "misfire": "fire_all",
         "misfire_grace": "PT1M",
+        "dst": {"gap": "skip", "repeat": "second"},
     }
     target = {"url": "http://example.com:9/x", "method": "put", "timeout": 2.5}
     job = await create(api, schedule=schedule, target=target, tenant="acme")

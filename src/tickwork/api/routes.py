@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.convertors import Convertor, register_url_convertor
 
@@ -29,9 +29,11 @@ from tickwork.api.schemas import (
     JobList,
     JobOut,
     JobUpdate,
+    PauseIn,
     PreviewOut,
     PurgeOut,
     RedriveOut,
+    ResumeIn,
     RunDetailOut,
     RunList,
     RunOut,
@@ -231,16 +233,23 @@ async def delete_job(ctx: Ctx, who: Writer, job_id: str) -> Response:
 
 
 @v1.post("/jobs/{job_id}/pause", tags=["jobs"])
-async def pause_job(ctx: Ctx, who: Writer, job_id: str) -> JobOut:
+async def pause_job(
+    ctx: Ctx, who: Writer, job_id: str, body: Annotated[PauseIn | None, Body()] = None
+) -> JobOut:
+    """Stop firing; an optional `note` says why and is kept until the job is resumed."""
     job_for(who, await ctx.jobs.get(job_id))
-    return JobOut.of(await ctx.jobs.pause(job_id))
+    return JobOut.of(await ctx.jobs.pause(job_id, None if body is None else body.note))
 
 
 @v1.post("/jobs/{job_id}/resume", tags=["jobs"])
-async def resume_job(ctx: Ctx, who: Writer, job_id: str) -> JobOut:
-    """Re-arm from now; occurrences that fell while paused are skipped."""
+async def resume_job(
+    ctx: Ctx, who: Writer, job_id: str, body: Annotated[ResumeIn | None, Body()] = None
+) -> JobOut:
+    """Re-arm from now (occurrences that fell while paused are skipped), or with
+    `catch_up: true` from where it was paused, the misfire policy deciding what runs."""
     job_for(who, await ctx.jobs.get(job_id))
-    return JobOut.of(await ctx.jobs.resume(job_id))
+    catch_up = body is not None and body.catch_up
+    return JobOut.of(await ctx.jobs.resume(job_id, catch_up=catch_up))
 
 
 @v1.post("/jobs/{job_id}/trigger", status_code=202, tags=["jobs"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -30,13 +31,17 @@ from pydantic_core import PydanticCustomError
 
 from tickwork.clock import utc_iso
 from tickwork.domain.jobs import (
+    DEFAULT_MISFIRE_GRACE_MS,
     AlertTarget,
     AtTrigger,
     CronTrigger,
+    DstGap,
+    DstRepeat,
     EveryTrigger,
     Job,
     JobState,
     MisfirePolicy,
+    OverlapPolicy,
     Schedule,
     TaskTarget,
     Trigger,
@@ -54,7 +59,7 @@ from tickwork.domain.runs import (
     run_state,
 )
 from tickwork.errors import InvalidInput
-from tickwork.services.jobs import KEEP, JobPatch, JobSpec, Keep, RunDetail
+from tickwork.services.jobs import KEEP, JobPatch, JobSpec, Keep, RunDetail, ScheduleChange
 from tickwork.services.rules import (
     ANCHOR_AT_ACCEPT,
     MAX_ATTEMPTS,
@@ -63,6 +68,8 @@ from tickwork.services.rules import (
     MAX_HEADERS,
     MAX_MULTIPLIER,
     MAX_NAME_CHARS,
+    MAX_NOTE_CHARS,
+    MAX_RUNS,
     MAX_TENANT_CHARS,
     MAX_URL_CHARS,
     check_secrets,
@@ -194,6 +201,28 @@ def check_zone(name: str, field: str = TIMEZONE_FIELD) -> str:
 _ZONES = frozenset(ZONE_NAMES)
 
 
+class DstIn(_Input):
+    """A cron schedule's choices for clock-change days (docs/cron-and-dst.md)."""
+
+    gap: DstGap | None = Field(
+        None, description="a wall time that does not exist (spring forward); default: cron"
+    )
+    repeat: DstRepeat | None = Field(
+        None, description="a wall time that happens twice (fall back); default: cron"
+    )
+
+
+def _misfire_alias(value: Any) -> Any:
+    return MisfirePolicy.FIRE_ALL.value if value == "all" else value
+
+
+Misfire = Annotated[
+    MisfirePolicy,
+    BeforeValidator(_misfire_alias),
+    Field(description="coalesce (default), skip, or fire_all (also spelled all)"),
+]
+
+
 class ScheduleIn(_Input):
     """Exactly one of `cron`, `every`, `at`, plus the options common to all three."""
 
@@ -208,8 +237,9 @@ class ScheduleIn(_Input):
     at: Instant | None = None
     start_at: Instant | None = None
     end_at: Instant | None = None
-    misfire: MisfirePolicy | None = None
+    misfire: Misfire | None = None
     misfire_grace: Duration | None = None
+    dst: DstIn | None = Field(None, description="cron only: clock-change choices")
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScheduleIn:
@@ -217,25 +247,41 @@ class ScheduleIn(_Input):
         if len(given) != 1:
             found = " and ".join(given) if given else "none of them"
             raise ValueError(f"give exactly one of cron, every or at (found {found})")
+        self._kind_options()
+        return self
+
+    def _kind_options(self) -> None:
         if self.timezone is not None and self.cron is None:
             raise ValueError("timezone applies to cron schedules only; remove it")
         if self.anchor is not None and self.every is None:
             raise ValueError("anchor applies to every schedules only; remove it")
-        return self
+        if self.dst is not None and self.cron is None:
+            raise ValueError("dst applies to cron schedules only; remove it")
 
     def to_domain(self) -> Schedule:
-        grace: dict[str, int] = {}
-        if self.misfire_grace is not None:
-            grace["misfire_grace_ms"] = parse_duration_ms(
-                self.misfire_grace, field="schedule.misfire_grace"
+        return self._options(Schedule(trigger=self._trigger(parse_duration_ms)))
+
+    def _options(self, schedule: Schedule, given: frozenset[str] | None = None) -> Schedule:
+        """`schedule` with the options this input sets: all of them (`given` None, a new
+        schedule), or only those in `given` (a PATCH keeps what it does not name)."""
+        fields = set(type(self).model_fields) if given is None else given
+        changes: dict[str, Any] = {}
+        for name in ("start_at", "end_at"):
+            if name in fields:
+                changes[name] = getattr(self, name)
+        if "misfire" in fields:
+            changes["misfire"] = self.misfire or MisfirePolicy.COALESCE
+        if "misfire_grace" in fields:
+            changes["misfire_grace_ms"] = (
+                DEFAULT_MISFIRE_GRACE_MS
+                if self.misfire_grace is None
+                else parse_duration_ms(self.misfire_grace, field="schedule.misfire_grace")
             )
-        return Schedule(
-            trigger=self._trigger(parse_duration_ms),
-            start_at=self.start_at,
-            end_at=self.end_at,
-            misfire=self.misfire or MisfirePolicy.COALESCE,
-            **grace,
-        )
+        if "dst" in fields:
+            dst = self.dst or DstIn()
+            changes["dst_gap"] = dst.gap or DstGap.CRON
+            changes["dst_repeat"] = dst.repeat or DstRepeat.CRON
+        return replace(schedule, **changes)
 
     def _trigger(self, parse_ms: Callable[..., int]) -> Trigger:
         if self.cron is not None:
@@ -246,6 +292,65 @@ class ScheduleIn(_Input):
             return EveryTrigger(interval_ms=interval_ms, anchor=self.anchor or ANCHOR_AT_ACCEPT)
         assert self.at is not None  # _one_kind guarantees it
         return AtTrigger(at=self.at)
+
+
+class ScheduleUpdate(ScheduleIn):
+    """A PATCH's schedule: only what it names changes. A trigger of the job's own kind keeps
+    the kind's options it does not name (a new cron expression keeps the job's time zone); a
+    trigger of another kind starts from that kind's defaults; no trigger at all keeps the
+    job's, with the options given (a time zone alone moves a cron job to that zone)."""
+
+    model_config = ConfigDict(json_schema_extra=None)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScheduleUpdate:
+        given = [k for k in ("cron", "every", "at") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of cron, every or at (found {' and '.join(given)})")
+        if given:
+            self._kind_options()
+        return self
+
+    def apply(self, old: Schedule) -> Schedule:
+        """The job's schedule `old` with this edit applied (InvalidInput if it cannot be)."""
+        return self._options(
+            replace(old, trigger=self._patched_trigger(old.trigger)),
+            frozenset(self.model_fields_set),
+        )
+
+    def _patched_trigger(self, old: Trigger) -> Trigger:
+        if self.cron is not None:
+            zone = self.timezone
+            if zone is None:
+                zone = old.timezone if isinstance(old, CronTrigger) else "UTC"
+            return CronTrigger(expr=self.cron, timezone=check_zone(zone))
+        if self.every is not None:
+            anchor = self.anchor
+            if anchor is None:
+                anchor = old.anchor if isinstance(old, EveryTrigger) else ANCHOR_AT_ACCEPT
+            interval_ms = parse_duration_ms(self.every, field="schedule.every")
+            return EveryTrigger(interval_ms=interval_ms, anchor=anchor)
+        if self.at is not None:
+            return AtTrigger(at=self.at)
+        return self._options_of_kept(old)
+
+    def _options_of_kept(self, old: Trigger) -> Trigger:
+        for name, kind, field in (
+            ("timezone", CronTrigger, "cron"),
+            ("anchor", EveryTrigger, "every"),
+            ("dst", CronTrigger, "cron"),
+        ):
+            if getattr(self, name) is not None and not isinstance(old, kind):
+                raise InvalidInput(
+                    f"schedule.{name}",
+                    f"{name} applies to {field} schedules only, and this job's schedule is not"
+                    f" one; give a new {field} schedule with it, or remove it",
+                )
+        if isinstance(old, CronTrigger) and self.timezone is not None:
+            return replace(old, timezone=check_zone(self.timezone))
+        if isinstance(old, EveryTrigger) and self.anchor is not None:
+            return replace(old, anchor=self.anchor)
+        return old
 
 
 def _checked_url(url: str) -> None:
@@ -499,6 +604,17 @@ Name = Annotated[
 Tenant = Annotated[str, Field(min_length=1, max_length=MAX_TENANT_CHARS)]
 
 
+MaxRuns = Annotated[
+    int,
+    BeforeValidator(_whole),
+    Field(ge=1, le=MAX_RUNS, description="complete after this many scheduled fires"),
+]
+Overlap = Annotated[
+    OverlapPolicy,
+    Field(description="when the previous run is still going: allow (default), skip, ..."),
+]
+
+
 class JobCreate(_Input):
     name: Name
     tenant: Tenant = "default"
@@ -506,12 +622,19 @@ class JobCreate(_Input):
     target: TargetIn
     retry: RetryIn | None = Field(None, description="default: 5 attempts, PT1S x2 up to PT5M")
     on_failure: AlertIn | None = Field(None, description="alert webhook for dead letters")
+    overlap: Overlap | None = None
+    max_runs: MaxRuns | None = Field(None, description="default: no limit")
 
     def to_domain(self) -> JobSpec:
+        schedule = replace(
+            self.schedule.to_domain(),
+            overlap=self.overlap or OverlapPolicy.ALLOW,
+            max_runs=self.max_runs,
+        )
         return JobSpec(
             name=self.name,
             tenant=self.tenant,
-            schedule=self.schedule.to_domain(),
+            schedule=schedule,
             target=self.target.to_domain(),
             retry=self.retry.to_domain() if self.retry else None,
             on_failure=self.on_failure.to_domain() if self.on_failure else None,
@@ -525,10 +648,12 @@ class JobUpdate(_Input):
 
     name: Name | None = None
     tenant: Tenant | None = None
-    schedule: ScheduleIn | None = None
+    schedule: ScheduleUpdate | None = None
     target: TargetIn | None = None
     retry: RetryIn | None = None
     on_failure: AlertIn | None = None
+    overlap: Overlap | None = None
+    max_runs: MaxRuns | None = Field(None, description="null: no limit")
 
     def to_domain(self) -> JobPatch:
         on_failure: AlertTarget | Literal[Keep.KEEP] | None = KEEP
@@ -537,12 +662,42 @@ class JobUpdate(_Input):
         return JobPatch(
             name=self.name,
             tenant=self.tenant,
-            schedule=self.schedule.to_domain() if self.schedule else None,
+            schedule=self._schedule_change(),
             target=self.target.to_domain() if self.target else None,
             retry=self.retry.to_domain() if self.retry else None,
             secrets=self.target.secrets_patch() if self.target else KEEP,
             on_failure=on_failure,
         )
+
+    def _schedule_change(self) -> ScheduleChange | None:
+        given = self.model_fields_set
+        edit, overlap, max_runs = self.schedule, self.overlap, self.max_runs
+        if edit is None and overlap is None and "max_runs" not in given:
+            return None
+
+        def change(old: Schedule) -> Schedule:
+            new = old if edit is None else edit.apply(old)
+            return replace(
+                new,
+                overlap=old.overlap if overlap is None else overlap,
+                max_runs=max_runs if "max_runs" in given else old.max_runs,
+            )
+
+        return change
+
+
+class PauseIn(_Input):
+    note: str | None = Field(
+        None, max_length=MAX_NOTE_CHARS, description="why: kept and shown until resumed"
+    )
+
+
+class ResumeIn(_Input):
+    catch_up: bool = Field(
+        False,
+        description="false (default): from now on; true: the occurrences missed while paused"
+        " are handled by the job's misfire policy",
+    )
 
 
 class TenantSecretsIn(_Input):
@@ -566,12 +721,13 @@ class ScheduleOut(_Output):
     end_at: InstantOut | None
     misfire: MisfirePolicy
     misfire_grace: str
+    dst: dict[str, str] | None = None
 
     @model_serializer(mode="wrap")
     def _only_its_kind(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # the keys of the other trigger kinds are left out, not null: same shape as the input
         data: dict[str, Any] = handler(self)
-        for key in ("cron", "timezone", "every", "anchor", "at"):
+        for key in ("cron", "timezone", "every", "anchor", "at", "dst"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -593,6 +749,11 @@ class ScheduleOut(_Output):
             end_at=_iso(schedule.end_at),
             misfire=schedule.misfire,
             misfire_grace=format_duration_ms(schedule.misfire_grace_ms),
+            dst=(
+                {"gap": schedule.dst_gap.value, "repeat": schedule.dst_repeat.value}
+                if isinstance(trigger, CronTrigger)
+                else None
+            ),
         )
 
 
@@ -727,6 +888,11 @@ class JobOut(_Output):
     signing: SigningOut
     retry: RetryOut
     on_failure: AlertOut | None
+    overlap: OverlapPolicy
+    max_runs: int | None
+    fired_count: int = Field(description="scheduled fires so far (what max_runs counts)")
+    pause_note: str | None
+    paused_at: InstantOut | None
     next_run_at: InstantOut | None
     last_fired_at: InstantOut | None
     fence_token: int
@@ -749,6 +915,11 @@ class JobOut(_Output):
             signing=SigningOut.of(job.target),
             retry=RetryOut.of(job.retry),
             on_failure=AlertOut.of(job.on_failure) if job.on_failure else None,
+            overlap=job.schedule.overlap,
+            max_runs=job.schedule.max_runs,
+            fired_count=job.fired_count,
+            pause_note=job.pause_note,
+            paused_at=_iso(job.paused_at),
             next_run_at=_iso(job.next_run_at),
             last_fired_at=_iso(job.last_fired_at),
             fence_token=job.fence_token,

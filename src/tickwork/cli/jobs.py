@@ -108,15 +108,36 @@ def jobs_get(job_id: JobIdArg, api: ApiOpt = None, as_json: JsonOpt = False) -> 
 
 
 @jobs_app.command("pause")
-def jobs_pause(job_id: JobIdArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+def jobs_pause(
+    job_id: JobIdArg,
+    note: Annotated[
+        str | None, typer.Option(help="why it is paused: kept and shown until it is resumed")
+    ] = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Stop a job from firing until it is resumed."""
-    show(api_client(api).call("POST", f"/v1/jobs/{job_id}/pause"), as_json, job_detail)
+    body = {} if note is None else {"note": note}
+    show(api_client(api).call("POST", f"/v1/jobs/{job_id}/pause", json=body), as_json, job_detail)
 
 
 @jobs_app.command("resume")
-def jobs_resume(job_id: JobIdArg, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
-    """Re-arm a paused job from now (fires missed while paused are skipped)."""
-    show(api_client(api).call("POST", f"/v1/jobs/{job_id}/resume"), as_json, job_detail)
+def jobs_resume(
+    job_id: JobIdArg,
+    catch_up: Annotated[
+        bool,
+        typer.Option(
+            "--catch-up",
+            help="hand the occurrences missed while paused to the job's misfire policy",
+        ),
+    ] = False,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-arm a paused job from now (fires missed while paused are skipped), or with
+    --catch-up from where it was paused."""
+    path = f"/v1/jobs/{job_id}/resume"
+    show(api_client(api).call("POST", path, json={"catch_up": catch_up}), as_json, job_detail)
 
 
 @jobs_app.command("trigger")

@@ -94,10 +94,12 @@ def job_detail(job: Mapping[str, Any]) -> Table:
         "id": job["id"],
         "name": job["name"],
         "tenant": job["tenant"],
-        "state": job["state"],
+        "state": _state_text(job),
         "schedule": _schedule_text(schedule),
         "window": window,
         "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
+        "overlap": str(job.get("overlap", "allow")),
+        "runs": _runs_text(job),
         **_target_rows(target),
         "signing": _signing_text(job["signing"]),
         "on failure": job["on_failure"]["url"] if job.get("on_failure") else "-",
@@ -109,6 +111,20 @@ def job_detail(job: Mapping[str, Any]) -> Table:
         "updated": job["updated_at"],
     }
     return _detail_table(f"job {job['name']}", rows)
+
+
+def _state_text(job: Mapping[str, Any]) -> str:
+    if job["state"] != "paused":
+        return str(job["state"])
+    since = f" since {job['paused_at']}" if job.get("paused_at") else ""
+    note = f": {job['pause_note']}" if job.get("pause_note") else ""
+    return f"paused{since}{note}"
+
+
+def _runs_text(job: Mapping[str, Any]) -> str:
+    fired = job.get("fired_count", 0)
+    limit = job.get("max_runs")
+    return f"{fired} fired" + ("" if limit is None else f" of at most {limit}")
 
 
 def _schedule_text(schedule: Mapping[str, Any]) -> str:
@@ -157,7 +173,7 @@ def _detail_table(title: str, rows: Mapping[str, str]) -> Table:
 # -- runs and dead letters --------------------------------------------------------------------
 
 
-def _state_text(run: Mapping[str, Any]) -> str:
+def _run_state_text(run: Mapping[str, Any]) -> str:
     """The run's state (the API's `state`), with the worker holding it while it runs."""
     state = str(run["state"])
     return f"{state} on {run['worker']}" if run.get("worker") else state
@@ -178,7 +194,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]], *, title: str) -> Table:
             str(r["id"]),
             r["scheduled_for"],
             r["origin"],
-            _state_text(r),
+            _run_state_text(r),
             str(r["attempt"]),
             r["started_at"] or "-",
             r["finished_at"] or "-",

@@ -6,10 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from tickwork.domain.masking import mask_headers, mask_url
 from tickwork.domain.retry import RetryPolicy
+
+DEFAULT_MISFIRE_GRACE_MS: Final = 1_000
 
 
 class JobState(StrEnum):
@@ -24,6 +26,35 @@ class MisfirePolicy(StrEnum):
     COALESCE = "coalesce"  # fire once, for the latest missed occurrence; count the others
     FIRE_ALL = "fire_all"  # fire every missed occurrence, oldest first
     SKIP = "skip"  # fire none of the missed ones; wait for the next future occurrence
+
+
+class OverlapPolicy(StrEnum):
+    """What happens when an occurrence comes due while the job's previous run is still going
+    (docs/policies.md)."""
+
+    ALLOW = "allow"  # run them side by side (the default: no occurrence is ever dropped)
+    SKIP = "skip"  # record the new occurrence as skipped_overlap and do not run it
+    BUFFER_ONE = "buffer_one"  # keep at most one waiting; it starts when the running one ends
+    CANCEL_PREVIOUS = "cancel_previous"  # cancel the running one, then run the new one
+
+
+class DstGap(StrEnum):
+    """A cron wall time that does not exist on a spring-forward day (02:30 when clocks jump
+    02:00->03:00)."""
+
+    CRON = "cron"  # Debian cron's rule: a fixed time shifts, a repeating field skips
+    SHIFT = "shift"  # fire at the first valid instant after the jump
+    SKIP = "skip"  # do not fire for it
+
+
+class DstRepeat(StrEnum):
+    """A cron wall time that happens twice on a fall-back day (01:30 when clocks go back
+    02:00->01:00)."""
+
+    CRON = "cron"  # Debian cron's rule: a fixed time fires at the first, a repeating field at both
+    FIRST = "first"  # once, at the first
+    SECOND = "second"  # once, at the second
+    BOTH = "both"  # twice
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,7 +83,16 @@ class Schedule:
     start_at: datetime | None = None  # no occurrence before this instant
     end_at: datetime | None = None  # no occurrence after this instant
     misfire: MisfirePolicy = MisfirePolicy.COALESCE
-    misfire_grace_ms: int = 1_000  # lateness up to this is "on time", not a misfire
+    misfire_grace_ms: int = (
+        DEFAULT_MISFIRE_GRACE_MS  # lateness up to this is "on time", not a misfire
+    )
+    # The job completes after this many scheduled fires (manual and backfill runs do not
+    # count); None: no limit. Counted by the claims (`DueJob.fired_count`).
+    max_runs: int | None = None
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    # DST choices for cron in a zone (docs/cron-and-dst.md); CRON keeps Debian cron's rule.
+    dst_gap: DstGap = DstGap.CRON
+    dst_repeat: DstRepeat = DstRepeat.CRON
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, repr=False)
@@ -118,3 +158,6 @@ class Job:
     last_fired_at: datetime | None = None  # scheduled_for of the latest claimed occurrence
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     on_failure: AlertTarget | None = None  # POSTed once when an occurrence is dead-lettered
+    fired_count: int = 0  # scheduled occurrences fired so far (what `max_runs` counts)
+    pause_note: str | None = None  # why it was paused; kept while paused, cleared on resume
+    paused_at: datetime | None = None  # when it was paused; None unless paused

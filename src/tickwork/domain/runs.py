@@ -4,6 +4,7 @@ envelope that names it when it is handed off to workers elsewhere."""
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -27,6 +28,8 @@ class RunStatus(StrEnum):
 class RunOrigin(StrEnum):
     SCHEDULE = "schedule"
     MANUAL = "manual"  # POST /v1/jobs/{id}/trigger
+    BACKFILL = "backfill"  # POST /v1/jobs/{id}/backfill: a past occurrence replayed
+    CATCHUP = "catchup"  # misfire policy `all`: a missed occurrence fired late
 
 
 TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
@@ -69,6 +72,12 @@ def occurrence_key(
     ms = to_us(scheduled_for) // 1000
     suffix = "" if origin is RunOrigin.SCHEDULE else f":{origin.value}"
     return f"{job_id}:{ms}{suffix}"
+
+
+def manual_key(job_id: str, at: datetime) -> str:
+    """A manual trigger's key: its instant and a random tag, so two triggers in the same
+    millisecond are two runs (a trigger is a request to run once more, not an occurrence)."""
+    return f"{occurrence_key(job_id, at, RunOrigin.MANUAL)}:{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -55,13 +55,16 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
 
 
 def _plan(due: DueJob, *, fire: datetime, coalesced: int, epoch: int | None) -> ClaimPlan:
+    max_runs = due.schedule.max_runs
+    last = max_runs is not None and due.fired_count + 1 >= max_runs
     return ClaimPlan(
         job_id=due.job_id,
         expected_fence=due.fence_token,
         expected_next_run_at=due.next_run_at,
         scheduled_for=fire,
         coalesced=coalesced,
-        new_next_run_at=next_occurrence(due.schedule, fire),
+        # The fire that reaches max_runs completes the job (the claim counts it).
+        new_next_run_at=None if last else next_occurrence(due.schedule, fire),
         epoch=epoch,
     )
 

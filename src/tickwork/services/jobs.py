@@ -42,7 +42,16 @@ from tickwork.services.rules import (
 from tickwork.services.tenants import check_job_egress
 from tickwork.store.base import JobQuery, ScheduleStore
 
-__all__ = ["KEEP", "JobPatch", "JobService", "JobSpec", "Keep", "RunDetail", "unknown_tenant"]
+__all__ = [
+    "KEEP",
+    "JobPatch",
+    "JobService",
+    "JobSpec",
+    "Keep",
+    "RunDetail",
+    "ScheduleChange",
+    "unknown_tenant",
+]
 
 EDIT_ATTEMPTS: Final = 5  # a job claimed every millisecond still gets edited within a few
 
@@ -68,6 +77,11 @@ class JobSpec:
     on_failure: AlertTarget | None = None
 
 
+# What a partial schedule edit does to the job's schedule; it raises InvalidInput when it cannot
+# apply (a time zone for a schedule that is not cron).
+ScheduleChange = Callable[[Schedule], Schedule]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobPatch:
     """A partial edit: None keeps a field; a given schedule, target or retry policy replaces the
@@ -76,7 +90,8 @@ class JobPatch:
 
     name: str | None = None
     tenant: str | None = None
-    schedule: Schedule | None = None
+    # A new schedule, whole, or a change to apply to the job's (a PATCH naming a few fields).
+    schedule: Schedule | ScheduleChange | None = None
     target: Target | None = None
     retry: RetryPolicy | None = None
     secrets: tuple[str, ...] | Literal[Keep.KEEP] = field(default=KEEP, repr=False)
@@ -170,11 +185,11 @@ class JobService:
 
         return await self._edit(job_id, change)
 
-    async def pause(self, job_id: str) -> Job:
-        return await self._edit(job_id, paused)
+    async def pause(self, job_id: str, note: str | None = None) -> Job:
+        return await self._edit(job_id, lambda job, now: paused(job, now, note))
 
-    async def resume(self, job_id: str) -> Job:
-        return await self._edit(job_id, resumed)
+    async def resume(self, job_id: str, *, catch_up: bool = False) -> Job:
+        return await self._edit(job_id, lambda job, now: resumed(job, now, catch_up=catch_up))
 
     async def trigger(self, job_id: str) -> Run:
         """Fire the job once now, outside its schedule, whatever its state."""
@@ -241,7 +256,8 @@ def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
     check_fields(name=edited.name, tenant=edited.tenant, target=edited.target, retry=edited.retry)
     check_alert(edited.on_failure)
     if patch.schedule is not None:
-        schedule = anchored(patch.schedule, now)
+        given = patch.schedule
+        schedule = anchored(given if isinstance(given, Schedule) else given(job.schedule), now)
         if schedule != job.schedule:
             edited = rescheduled(edited, schedule, now)
     return edited

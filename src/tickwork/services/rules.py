@@ -12,9 +12,13 @@ Rules worth knowing (the API reference repeats them for users):
   (`first_fire`). A schedule with no occurrence left (an `end_at` in the past, a cron that can
   never match before its end) is rejected. A one-shot `at` in the past is accepted and fires
   at once. An `EveryTrigger` given without an anchor is anchored at that same moment.
-* Pausing keeps `next_run_at` for display. Resuming recomputes it from now: occurrences that
-  fell while the job was paused are skipped, not replayed (a one-shot that has not fired yet
-  still fires once).
+* Pausing keeps `next_run_at` for display, and the note saying why. Resuming recomputes it
+  from now: occurrences that fell while the job was paused are skipped, not replayed (a
+  one-shot that has not fired yet still fires once); or, asked to catch up, from where it was
+  paused, for the misfire policy to handle what was missed.
+* An `every` schedule given without an anchor is anchored at its `start_at`, if it has one.
+* A job with `max_runs` completes with its max_runs-th scheduled fire; a new schedule does not
+  re-arm a job that has fired that many.
 * A new schedule recomputes `next_run_at` from now and re-arms a completed job
   (`rescheduled`).
 * A retry policy's bounds (`MAX_ATTEMPTS`, `MAX_MULTIPLIER`) are checked here, its internal
@@ -47,7 +51,7 @@ from tickwork.domain.masking import MASK, unrestored_masks
 from tickwork.domain.retry import RetryPolicy
 from tickwork.errors import Conflict, InvalidInput
 from tickwork.timing.durations import format_duration_ms
-from tickwork.timing.triggers import first_occurrence, validate_schedule
+from tickwork.timing.triggers import first_occurrence, next_occurrence, validate_schedule
 from tickwork.webhooks import MAX_SIGNING_SECRETS, parse_secret
 
 __all__ = [
@@ -58,6 +62,8 @@ __all__ = [
     "MAX_HEADER_VALUE_CHARS",
     "MAX_MULTIPLIER",
     "MAX_NAME_CHARS",
+    "MAX_NOTE_CHARS",
+    "MAX_RUNS",
     "MAX_TASK_TIMEOUT_S",
     "MAX_TENANT_CHARS",
     "MAX_TIMEOUT_S",
@@ -83,6 +89,8 @@ __all__ = [
 ANCHOR_AT_ACCEPT: Final = datetime(1, 1, 1, tzinfo=UTC)
 
 MAX_NAME_CHARS: Final = 200
+MAX_NOTE_CHARS: Final = 1000  # a pause note
+MAX_RUNS: Final = 1_000_000_000
 MAX_TENANT_CHARS: Final = 100
 MAX_TIMEOUT_S: Final = 300.0
 MAX_URL_CHARS: Final = 2048
@@ -277,10 +285,13 @@ def _check_no_masks(where: str, headers: Mapping[str, str], url: str) -> None:
 
 
 def anchored(schedule: Schedule, now: datetime) -> Schedule:
-    """The schedule, its `EveryTrigger` anchored at `now` if it came with ANCHOR_AT_ACCEPT."""
+    """The schedule, its `EveryTrigger` anchored if it came with ANCHOR_AT_ACCEPT: at its
+    `start_at` when it has one (every PT1H from start_at 09:00 fires 09:00, 10:00, ...), else at
+    `now`."""
     trigger = schedule.trigger
     if isinstance(trigger, EveryTrigger) and trigger.anchor == ANCHOR_AT_ACCEPT:
-        return replace(schedule, trigger=replace(trigger, anchor=now))
+        anchor = now if schedule.start_at is None else schedule.start_at
+        return replace(schedule, trigger=replace(trigger, anchor=anchor))
     return schedule
 
 
@@ -304,27 +315,49 @@ def first_fire(schedule: Schedule, now: datetime) -> datetime:
 
 
 def rescheduled(job: Job, schedule: Schedule, now: datetime) -> Job:
-    """The job on a new schedule, from now; a completed job is re-armed."""
+    """The job on a new schedule, from now; a completed job is re-armed, unless it has
+    already fired the schedule's max_runs (then it is, or stays, completed)."""
     next_run_at = first_fire(schedule, now)
+    if schedule.max_runs is not None and job.fired_count >= schedule.max_runs:
+        return replace(job, schedule=schedule, next_run_at=None, state=JobState.COMPLETED)
     state = JobState.SCHEDULED if job.state is JobState.COMPLETED else job.state
     return replace(job, schedule=schedule, next_run_at=next_run_at, state=state)
 
 
-def paused(job: Job, now: datetime) -> Job:
-    """The job paused; the same object if it already is (nothing to write)."""
+def paused(job: Job, now: datetime, note: str | None = None) -> Job:
+    """The job paused, with the note saying why (kept until it is resumed); the same object if
+    it already is paused with that note (nothing to write). Pausing a paused job again only
+    replaces its note."""
     if job.state is JobState.COMPLETED:
         raise Conflict(f"job {job.id!r} is completed and has nothing left to pause")
+    if note is not None and len(note) > MAX_NOTE_CHARS:
+        raise InvalidInput("note", f"give a note of at most {MAX_NOTE_CHARS} characters")
     if job.state is JobState.PAUSED:
-        return job
-    return replace(job, state=JobState.PAUSED, updated_at=now)
+        if note is None or note == job.pause_note:
+            return job
+        return replace(job, pause_note=note, updated_at=now)
+    return replace(job, state=JobState.PAUSED, pause_note=note, paused_at=now, updated_at=now)
 
 
-def resumed(job: Job, now: datetime) -> Job:
-    """The job scheduled again from now; the same object if it already is (nothing to write)."""
+def resumed(job: Job, now: datetime, *, catch_up: bool = False) -> Job:
+    """The job scheduled again, its pause note cleared; the same object if it already is
+    scheduled (nothing to write).
+
+    From now by default: occurrences that fell while it was paused are skipped. With
+    `catch_up`, its next_run_at is the first occurrence after it was paused, so the scheduler
+    finds those occurrences missed and applies the job's misfire policy to them (coalesce:
+    one run for the latest; fire_all: each of them; skip: none)."""
     if job.state is JobState.COMPLETED:
         raise Conflict(f"job {job.id!r} is completed; give it a new schedule (PATCH) to re-arm it")
     if job.state is JobState.SCHEDULED:
         return job
-    next_run_at = first_occurrence(job.schedule, now)
+    if catch_up and job.paused_at is not None:
+        next_run_at = next_occurrence(job.schedule, job.paused_at)
+        if next_run_at is not None and job.next_run_at is not None:
+            next_run_at = min(next_run_at, job.next_run_at)  # not yet fired when paused
+    else:
+        next_run_at = first_occurrence(job.schedule, now)
     state = JobState.SCHEDULED if next_run_at is not None else JobState.COMPLETED
-    return replace(job, state=state, next_run_at=next_run_at, updated_at=now)
+    return replace(
+        job, state=state, next_run_at=next_run_at, pause_note=None, paused_at=None, updated_at=now
+    )

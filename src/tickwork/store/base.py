@@ -94,6 +94,7 @@ class DueJob:
     next_run_at: datetime
     schedule: Schedule
     partition: int = 0
+    fired_count: int = 0  # scheduled fires so far, for the schedule's max_runs
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -34,6 +34,7 @@ from tickwork.domain.runs import (
     RunOutcome,
     RunStatus,
     lost_attempt,
+    manual_key,
     occurrence_key,
 )
 from tickwork.domain.tenants import Tenant
@@ -119,7 +120,12 @@ class MemoryStore:
         if current.fence_token != job.fence_token:
             raise StaleJob(f"job {job.id!r} was claimed since it was read")
         # Only the editable fields, state and next_run_at change (the SQL stores' UPDATE_JOB).
-        stored = replace(job, created_at=current.created_at, last_fired_at=current.last_fired_at)
+        stored = replace(
+            job,
+            created_at=current.created_at,
+            last_fired_at=current.last_fired_at,
+            fired_count=current.fired_count,
+        )
         self._jobs[job.id] = stored
         self._watchers.notify("jobs")
         return stored
@@ -156,6 +162,7 @@ class MemoryStore:
                 next_run_at=j.next_run_at,  # type: ignore[arg-type]
                 schedule=j.schedule,
                 partition=self._partition(j.id),
+                fired_count=j.fired_count,
             )
             for j in due[:limit]
         ]
@@ -256,6 +263,7 @@ class MemoryStore:
                 next_run_at=plan.new_next_run_at if plan.new_next_run_at else job.next_run_at,
                 state=JobState.SCHEDULED if plan.new_next_run_at else JobState.COMPLETED,
                 last_fired_at=plan.scheduled_for or job.last_fired_at,
+                fired_count=job.fired_count + (plan.scheduled_for is not None),
             )
             if plan.scheduled_for is None:
                 continue
@@ -356,10 +364,17 @@ class MemoryStore:
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
         job = await self.get_job(job_id)
-        run = self._insert_run(job, now, RunOrigin.MANUAL, job.fence_token, 0, now, attempt=0)
-        if run is None:
-            key = occurrence_key(job_id, now, RunOrigin.MANUAL)
-            return self._view(next(r for r in self._runs.values() if r.key == key))
+        run = self._insert_run(
+            job,
+            now,
+            RunOrigin.MANUAL,
+            job.fence_token,
+            0,
+            now,
+            attempt=0,
+            key=manual_key(job_id, now),
+        )
+        assert run is not None  # a manual key is unique
         self._leases[run.id] = (None, now)
         self._watchers.notify("runs")
         return self._view(run)
@@ -765,8 +780,9 @@ class MemoryStore:
         coalesced: int,
         now: datetime,
         attempt: int = 1,
+        key: str | None = None,
     ) -> Run | None:
-        key = occurrence_key(job.id, scheduled_for, origin)
+        key = key or occurrence_key(job.id, scheduled_for, origin)
         if key in self._keys:
             return None
         self._keys.add(key)

@@ -105,7 +105,11 @@ def test_empty_patch_changes_nothing() -> None:
     [
         (
             CronTrigger(expr="0 2 * * *", timezone="Europe/Berlin"),
-            {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
+            {
+                "cron": "0 2 * * *",
+                "timezone": "Europe/Berlin",
+                "dst": {"gap": "cron", "repeat": "cron"},
+            },
         ),
         (
             EveryTrigger(interval_ms=90_000, anchor=T0),

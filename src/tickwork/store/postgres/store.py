@@ -33,7 +33,7 @@ from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
-from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.domain.runs import Envelope, Fire, Run, RunOutcome, manual_key, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, StoreError, TenantExists, TenantHasJobs
 from tickwork.sealing import Keyring
@@ -310,7 +310,7 @@ class PostgresStore(SqlReads):
             return list(await self._scan_pool.fetch(statement.text, *statement.args(values)))
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
-        key = occurrence_key(job_id, now, RunOrigin.MANUAL)
+        key = manual_key(job_id, now)
         values = {"job_id": job_id, "key": key, "now": to_us(now)}
         await self._write_notify(self._sql.insert_manual_run, values, "runs")
         found = await self._query(self._sql.get_run_by_key, values)

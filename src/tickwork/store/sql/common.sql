@@ -7,12 +7,13 @@
 -- Every column of tw_jobs that rows.job_from_row reads, in rows.job_params' names.
 id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us,
 start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, last_fired_us,
-created_us, updated_us, retry_policy, webhook_secrets, on_failure, partition
+created_us, updated_us, retry_policy, webhook_secrets, on_failure, partition, overlap, max_runs,
+dst_gap, dst_repeat, fired_count, pause_note, paused_us
 
 -- fragment: schedule_columns
 -- The columns of tw_jobs that make up a Schedule (rows.schedule_from_row).
 schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, start_us, end_us, misfire,
-misfire_grace_ms
+misfire_grace_ms, overlap, max_runs, dst_gap, dst_repeat
 
 -- fragment: run_columns
 -- Every column of tw_runs that rows.run_from_row reads.
@@ -52,7 +53,8 @@ INSERT INTO tw_jobs ({job_columns})
 VALUES (:id, :tenant, :name, :state, :schedule_kind, :cron_expr, :timezone, :every_ms,
         :anchor_us, :at_us, :start_us, :end_us, :misfire, :misfire_grace_ms, :target,
         :next_run_us, :fence_token, :last_fired_us, :created_us, :updated_us, :retry_policy,
-        :webhook_secrets, :on_failure, :partition)
+        :webhook_secrets, :on_failure, :partition, :overlap, :max_runs, :dst_gap, :dst_repeat,
+        :fired_count, :pause_note, :paused_us)
 
 -- name: get_job
 -- One job by id.
@@ -65,7 +67,9 @@ UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
     every_ms = :every_ms, anchor_us = :anchor_us, at_us = :at_us, start_us = :start_us,
     end_us = :end_us, misfire = :misfire, misfire_grace_ms = :misfire_grace_ms,
     target = :target, next_run_us = :next_run_us, updated_us = :updated_us,
-    retry_policy = :retry_policy, webhook_secrets = :webhook_secrets, on_failure = :on_failure
+    retry_policy = :retry_policy, webhook_secrets = :webhook_secrets, on_failure = :on_failure,
+    overlap = :overlap, max_runs = :max_runs, dst_gap = :dst_gap, dst_repeat = :dst_repeat,
+    pause_note = :pause_note, paused_us = :paused_us
 WHERE id = :id AND fence_token = :fence_token
 RETURNING {job_columns}
 

@@ -9,7 +9,7 @@ SELECT pg_notify(:channel, :topic)
 
 -- fragment: due_columns
 -- What the due-scan reads of a job (rows.due_from_row).
-id, partition, fence_token, next_run_us, {schedule_columns}
+id, partition, fence_token, next_run_us, fired_count, {schedule_columns}
 
 -- name: due_jobs_of_partition
 -- One branch of the due-scan: partition {partition}'s earliest due jobs, one range of the
@@ -67,7 +67,8 @@ DELETE FROM tw_jobs WHERE id = :id RETURNING id
 -- partition the claimer holds at the plan's epoch by the database's clock (a plan without an
 -- epoch is not checked), or that are overdue (before :overdue_before: a takeover of a dead
 -- owner's work); `claimed` bumps each fence and advances the job (or completes it), recording
--- :owner as its last claimer and the partition's epoch for the run. `locked` rows that are not
+-- :owner as its last claimer and the partition's epoch for the run, and counting a fire for
+-- max_runs. `locked` rows that are not
 -- `allowed` are the stale-epoch refusals the statements report.
 WITH plan AS (
     SELECT * FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
@@ -91,7 +92,8 @@ claimed AS (
     UPDATE tw_jobs j
     SET fence_token = j.fence_token + 1, next_run_us = l.new_next_us, state = l.new_state,
         last_fired_us = coalesce(l.fired_us, j.last_fired_us), claimed_by = :owner,
-        claimed_us = :now
+        claimed_us = :now,
+        fired_count = j.fired_count + (CASE WHEN l.fired_us IS NULL THEN 0 ELSE 1 END)
     FROM allowed l
     WHERE j.id = l.id
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch

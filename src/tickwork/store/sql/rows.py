@@ -14,10 +14,13 @@ from tickwork.domain.jobs import (
     AlertTarget,
     AtTrigger,
     CronTrigger,
+    DstGap,
+    DstRepeat,
     EveryTrigger,
     Job,
     JobState,
     MisfirePolicy,
+    OverlapPolicy,
     Schedule,
     Target,
     TaskTarget,
@@ -71,6 +74,11 @@ def schedule_params(schedule: Schedule) -> dict[str, Any]:
         "end_us": us_or_none(schedule.end_at),
         "misfire": schedule.misfire.value,
         "misfire_grace_ms": schedule.misfire_grace_ms,
+        "overlap": schedule.overlap.value,
+        "max_runs": schedule.max_runs,
+        # NULL for Debian cron's rule, as every row written before these columns holds.
+        "dst_gap": None if schedule.dst_gap is DstGap.CRON else schedule.dst_gap.value,
+        "dst_repeat": None if schedule.dst_repeat is DstRepeat.CRON else schedule.dst_repeat.value,
     }
     if isinstance(trigger, CronTrigger):
         params.update(schedule_kind="cron", cron_expr=trigger.expr, timezone=trigger.timezone)
@@ -103,6 +111,9 @@ def job_params(job: Job, *, partitions: int, sealed: SealedColumns) -> dict[str,
             job.target.secrets if isinstance(job.target, WebhookTarget) else ()
         ),
         "on_failure": sealed.write_alert(job.on_failure),
+        "fired_count": job.fired_count,
+        "pause_note": job.pause_note,
+        "paused_us": us_or_none(job.paused_at),
     }
 
 
@@ -139,6 +150,10 @@ def schedule_from_row(row: Row) -> Schedule:
         row["end_us"],
         row["misfire"],
         row["misfire_grace_ms"],
+        row["overlap"],
+        row["max_runs"],
+        row["dst_gap"],
+        row["dst_repeat"],
     )
 
 
@@ -154,6 +169,10 @@ def _schedule_from_columns(
     end_us: int | None,
     misfire: str,
     misfire_grace_ms: int,
+    overlap: str,
+    max_runs: int | None,
+    dst_gap: str | None,
+    dst_repeat: str | None,
 ) -> Schedule:
     trigger: CronTrigger | EveryTrigger | AtTrigger
     if kind == "cron":
@@ -173,6 +192,10 @@ def _schedule_from_columns(
         end_at=dt_or_none(end_us),
         misfire=MisfirePolicy(misfire),
         misfire_grace_ms=misfire_grace_ms,
+        overlap=OverlapPolicy(overlap),
+        max_runs=max_runs,
+        dst_gap=DstGap(dst_gap or DstGap.CRON),
+        dst_repeat=DstRepeat(dst_repeat or DstRepeat.CRON),
     )
 
 
@@ -191,6 +214,9 @@ def job_from_row(row: Row, sealed: SealedColumns) -> Job:
         updated_at=from_us(row["updated_us"]),
         retry=retry_from_json(row["retry_policy"]),
         on_failure=sealed.read_alert(row["on_failure"]),
+        fired_count=row["fired_count"],
+        pause_note=row["pause_note"],
+        paused_at=dt_or_none(row["paused_us"]),
     )
 
 
@@ -283,6 +309,7 @@ def due_from_row(row: Row) -> DueJob:
         next_run_at=from_us(row["next_run_us"]),
         schedule=schedule_from_row(row),
         partition=row["partition"],
+        fired_count=row["fired_count"],
     )
 
 

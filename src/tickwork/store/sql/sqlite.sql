@@ -16,7 +16,7 @@ CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)
 -- the partitions in :partitions (a JSON list; NULL: all of them). Served by the partial index
 -- tw_jobs_due (next_run_us), which holds only schedulable rows: one process holds every
 -- partition on SQLite, so the filter is only there to honour the contract.
-SELECT id, partition, fence_token, next_run_us, {schedule_columns} FROM tw_jobs
+SELECT id, partition, fence_token, next_run_us, fired_count, {schedule_columns} FROM tw_jobs
 WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_before
   AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
 ORDER BY next_run_us LIMIT :limit
@@ -49,9 +49,10 @@ DELETE FROM tw_runs WHERE job_id = :id
 -- and next_run_us that the plan was made from, and if the claimer holds the job's partition
 -- at the plan's epoch (:epoch NULL: no partition check) or the job is overdue (before
 -- :overdue_before, a takeover); then the fence goes up by one and the job advances (or
--- completes). Returns the partition's epoch, recorded on the run.
+-- completes), counting a fire for max_runs. Returns the partition's epoch, recorded on the run.
 UPDATE tw_jobs SET fence_token = fence_token + 1, next_run_us = :new_next_us, state = :new_state,
-    last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now
+    last_fired_us = coalesce(:fired_us, last_fired_us), claimed_by = :owner, claimed_us = :now,
+    fired_count = fired_count + (CASE WHEN :fired_us IS NULL THEN 0 ELSE 1 END)
 WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us = :expected_us
   AND (:epoch IS NULL OR next_run_us < :overdue_before OR EXISTS (
         SELECT 1 FROM tw_partition_leases l

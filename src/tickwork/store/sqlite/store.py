@@ -27,7 +27,7 @@ from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
-from tickwork.domain.runs import Envelope, Fire, Run, RunOrigin, RunOutcome, occurrence_key
+from tickwork.domain.runs import Envelope, Fire, Run, RunOutcome, manual_key, occurrence_key
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
 from tickwork.sealing import Keyring
@@ -274,7 +274,7 @@ class SqliteStore(SqlReads):
         return [rows.node_from_row(r) for r in found]
 
     async def add_manual_run(self, job_id: str, *, now: datetime) -> Run:
-        key = occurrence_key(job_id, now, RunOrigin.MANUAL)
+        key = manual_key(job_id, now)
         params = {"job_id": job_id, "key": key, "now": to_us(now)}
 
         def insert(conn: sqlite3.Connection) -> sqlite3.Row | None:
