@@ -72,6 +72,13 @@ class Settings(BaseSettings):
     claim_batch: int = Field(1000, ge=1, le=10_000)
     lookahead_ms: int = Field(200, ge=0, le=1000, description="claim this early; fire on time")
     max_idle_ms: int = Field(1000, ge=10, description="longest sleep without a wake-up")
+    backfill_rate: float = Field(
+        50,
+        gt=0,
+        le=100_000,
+        description="occurrences per second one scheduler process enqueues for backfills and"
+        " catch-ups, all of them together (each backfill also has its own rate)",
+    )
     # worker leases (ADR 0016): a dead worker's fires run elsewhere once its leases expire
     lease_ttl_ms: int = Field(
         DEFAULT_LEASE_TTL_MS, ge=1000, description="how long a fire stays leased unrenewed"

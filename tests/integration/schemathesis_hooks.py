@@ -32,6 +32,11 @@ SEMANTIC_CODES = frozenset(
         "expires_in_the_past",  # a key's expiry must be after now
         "invalid_host_pattern",  # a tenant's destination list entry (domain/egress.py)
         "tenant_egress_refused",  # a job URL outside its tenant's destination lists
+        "schedule_kind",  # preview: exactly one of cron, every, at; timezone/anchor with theirs
+        "after_too_far",  # a job preview with max_runs counting too many fires before `after`
+        "empty_range",  # a backfill's `to` not after its `from`
+        "in_future",  # a backfill's `to` after now
+        "too_many_occurrences",  # a backfill's range implies more than the cap
     }
 )
 

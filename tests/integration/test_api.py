@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tickwork.api.app import create_app
 from tickwork.clock import ManualClock
+from tickwork.domain.jobs import JobState
 from tickwork.domain.retry import RetryPolicy
 from tickwork.errors import StoreError
 from tickwork.settings import Settings
@@ -586,6 +587,157 @@ async def test_preview_defaults_to_ten_fires_after_now(api: Api) -> None:
     assert fires[0]["local"] == "2026-01-15T13:00:00+00:00"
 
 
+async def test_preview_of_an_interval_within_its_bounds(api: Api) -> None:
+    params: dict[str, Any] = {
+        "every": "PT30M",
+        "start_at": "2026-01-15T13:00:00Z",
+        "end_at": "2026-01-15T14:00:00Z",
+    }
+    answer = (await api.client.get("/v1/preview", params=params)).json()
+    assert [f["utc"] for f in answer["fires"]] == [  # anchored at start_at, as a job would be
+        "2026-01-15T13:00:00Z",
+        "2026-01-15T13:30:00Z",
+        "2026-01-15T14:00:00Z",
+    ]
+    assert answer["fires"][0] == {
+        "utc": "2026-01-15T13:00:00Z",
+        "local": "2026-01-15T13:00:00+00:00",
+        "note": None,
+    }
+    assert answer["ends"]["reason"] == "end_at"
+    assert "2026-01-15T14:00:00Z" in answer["ends"]["message"]
+
+
+async def test_preview_of_an_interval_with_an_anchor_and_max_runs(api: Api) -> None:
+    params = {"every": "90", "anchor": "2026-01-15T11:00:00Z", "max_runs": 2, "count": 5}
+    answer = (await api.client.get("/v1/preview", params=params)).json()
+    assert [f["utc"] for f in answer["fires"]] == ["2026-01-15T12:00:00Z", "2026-01-15T12:01:30Z"]
+    assert answer["ends"]["reason"] == "max_runs"
+
+
+async def test_preview_of_a_one_shot_and_of_an_open_cron(api: Api) -> None:
+    one = (await api.client.get("/v1/preview", params={"at": "2026-02-01T08:00:00+01:00"})).json()
+    assert one["fires"] == [
+        {"utc": "2026-02-01T07:00:00Z", "local": "2026-02-01T07:00:00+00:00", "note": None}
+    ]
+    assert one["ends"]["reason"] == "one_shot"
+    cron = (await api.client.get("/v1/preview", params={"cron": "0 * * * *"})).json()
+    assert cron["ends"] is None
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "code"),
+    [
+        ({}, "schedule", "schedule_kind"),
+        ({"cron": "* * * * *", "every": "PT1M"}, "schedule", "schedule_kind"),
+        ({"every": "PT1M", "at": "2026-02-01T00:00:00Z"}, "schedule", "schedule_kind"),
+        ({"every": "PT1M", "timezone": "Europe/Berlin"}, "schedule.timezone", "schedule_kind"),
+        (
+            {"cron": "* * * * *", "anchor": "2026-02-01T00:00:00Z"},
+            "schedule.anchor",
+            "schedule_kind",
+        ),
+        ({"every": "soon"}, "schedule.every", "invalid_duration"),
+        ({"every": "P1M"}, "schedule.every", "invalid_duration"),
+        ({"every": "PT1M", "anchor": "2026-02-01T00:00:00"}, "anchor", "invalid"),
+        ({"at": "tomorrow"}, "at", "invalid"),
+        ({"at": "0.5"}, "at", "invalid"),  # not read as seconds since 1970
+        (
+            {"every": "PT1M", "start_at": "2026-02-02T00:00:00Z", "end_at": "2026-02-01T00:00:00Z"},
+            "schedule.end_at",
+            "invalid_window",
+        ),
+        (
+            {"at": "2026-02-01T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"},
+            "schedule.at",
+            "never_fires",
+        ),
+        ({"every": "PT1M", "max_runs": 0}, "max_runs", "invalid"),
+        ({"every": "PT1M", "max_runs": "many"}, "max_runs", "invalid"),
+    ],
+)
+async def test_preview_mistakes_are_named(
+    api: Api, params: dict[str, Any], field: str, code: str
+) -> None:
+    error = error_of(await api.client.get("/v1/preview", params=params), 422)
+    assert (error["field"], error["code"]) == (field, code)
+
+
+@pytest.mark.parametrize("bad", [0, 1_000_000_001, "5", True, 2.5])
+async def test_max_runs_is_a_whole_count_as_the_schema_says(api: Api, bad: Any) -> None:
+    error = error_of(await api.client.post("/v1/jobs", json=job_body(max_runs=bad)), 422)
+    assert (error["field"], error["code"]) == ("max_runs", "invalid")
+    assert (await create(api, max_runs=5.0))["max_runs"] == 5
+
+
+async def test_job_preview_starts_at_next_run_at_and_counts_max_runs(api: Api) -> None:
+    schedule = {"every": "PT1H", "anchor": "2026-01-15T12:30:00Z"}
+    job = await create(api, schedule=schedule, max_runs=3)
+    answer = (await api.client.get(f"/v1/jobs/{job['id']}/preview")).json()
+    assert answer["job_id"] == job["id"]
+    assert answer["state"] == "scheduled"
+    assert [f["utc"] for f in answer["fires"]] == [
+        "2026-01-15T12:30:00Z",
+        "2026-01-15T13:30:00Z",
+        "2026-01-15T14:30:00Z",
+    ]
+    assert answer["ends"]["reason"] == "max_runs"
+    later = await api.client.get(
+        f"/v1/jobs/{job['id']}/preview", params={"after": "2026-01-15T13:00:00Z", "count": 1}
+    )
+    assert [f["utc"] for f in later.json()["fires"]] == ["2026-01-15T13:30:00Z"]
+    assert later.json()["ends"] is None  # one more follows
+
+
+async def test_job_preview_of_a_cron_job_keeps_its_zone_and_notes(api: Api) -> None:
+    api.clock.set(datetime(2026, 3, 28, tzinfo=UTC))
+    job = await create(api, schedule={"cron": "30 2 * * *", "timezone": "Europe/Berlin"})
+    fires = (await api.client.get(f"/v1/jobs/{job['id']}/preview?count=2")).json()["fires"]
+    assert [f["local"] for f in fires] == [
+        "2026-03-28T02:30:00+01:00",
+        "2026-03-29T03:00:00+02:00",
+    ]
+    assert fires[0]["note"] is None
+    assert "does not exist" in fires[1]["note"]
+
+
+async def test_job_preview_of_a_paused_job_is_what_resuming_now_fires(api: Api) -> None:
+    job = await create(api, schedule={"every": "PT10M", "anchor": "2026-01-15T12:00:00Z"})
+    paused = await api.client.post(f"/v1/jobs/{job['id']}/pause")
+    assert paused.status_code == 200
+    api.clock.advance(timedelta(minutes=25))
+    answer = (await api.client.get(f"/v1/jobs/{job['id']}/preview?count=2")).json()
+    assert answer["state"] == "paused"
+    assert [f["utc"] for f in answer["fires"]] == ["2026-01-15T12:30:00Z", "2026-01-15T12:40:00Z"]
+    resumed = (await api.client.post(f"/v1/jobs/{job['id']}/resume")).json()
+    assert resumed["next_run_at"] == answer["fires"][0]["utc"]
+
+
+async def test_job_preview_of_a_completed_job_is_empty_with_the_reason(api: Api) -> None:
+    job = await create(api, schedule={"at": "2026-01-15T12:00:00Z"})
+    stored = await api.store.get_job(job["id"])  # as the claim of its one fire leaves it
+    await api.store.update_job(replace(stored, state=JobState.COMPLETED, next_run_at=None))
+    answer = (await api.client.get(f"/v1/jobs/{job['id']}/preview")).json()
+    assert (answer["state"], answer["fires"]) == ("completed", [])
+    assert answer["ends"]["reason"] == "one_shot"
+    assert answer["ends"]["message"].startswith("the job is completed")
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [({"count": 0}, "count"), ({"count": 1001}, "count"), ({"after": "soon"}, "after")],
+)
+async def test_job_preview_bad_query_is_named(api: Api, params: dict[str, Any], field: str) -> None:
+    job = await create(api)
+    error = error_of(await api.client.get(f"/v1/jobs/{job['id']}/preview", params=params), 422)
+    assert error["field"] == field
+
+
+async def test_job_preview_of_a_missing_job_is_404(api: Api) -> None:
+    error = error_of(await api.client.get(f"/v1/jobs/{'e' * 32}/preview"), 404)
+    assert error["code"] == "not_found"
+
+
 async def test_healthz(api: Api) -> None:
     response = await api.client.get("/healthz")
     assert (response.status_code, response.json()) == (200, {"status": "ok"})
@@ -680,7 +832,7 @@ async def test_the_schema_states_what_the_api_enforces(api: Api) -> None:
     assert not valid("TargetIn", {"url": "ftp://example.com"})
     preview = {p["name"]: p["schema"] for p in spec["paths"]["/v1/preview"]["get"]["parameters"]}
     assert "Europe/Berlin" in preview["timezone"]["enum"]
-    assert preview["cron"]["minLength"] == 1
+    assert preview["cron"]["anyOf"][0]["minLength"] == 1
     jobs = {p["name"]: p["schema"] for p in spec["paths"]["/v1/jobs"]["get"]["parameters"]}
     assert jobs["after"]["pattern"] == "^[0-9a-f]{32}$"
 
@@ -870,7 +1022,7 @@ async def test_dead_letter_run_ids_are_still_checked(api: Api) -> None:
         ("/v1/jobs", {"limit": 1001}, "limit"),
         ("/v1/jobs", {"limit": "many"}, "limit"),
         ("/v1/jobs", {"state": "sleeping"}, "state"),
-        ("/v1/preview", {}, "cron"),
+        ("/v1/preview", {}, "schedule"),
         ("/v1/preview", {"cron": "0 0 30 2 *"}, "schedule.cron"),
         ("/v1/preview", {"cron": "* * * * *", "timezone": "Nowhere"}, "schedule.timezone"),
         # a file of the zone database, but no zone name (the schema's enum lists the names)

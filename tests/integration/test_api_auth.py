@@ -161,6 +161,7 @@ async def test_a_read_key_reads_and_cannot_write(api: Api) -> None:
     job = await create(api, tenant="acme")
     async with await as_tenant(api, "acme", "tenant-read") as reader:
         assert (await reader.get(f"/v1/jobs/{job['id']}")).status_code == 200
+        assert (await reader.get(f"/v1/jobs/{job['id']}/preview")).status_code == 200
         for method, path in [
             ("POST", "/v1/jobs"),
             ("PATCH", f"/v1/jobs/{job['id']}"),
@@ -202,6 +203,7 @@ async def test_another_tenants_job_does_not_exist_for_a_tenant_key(api: Api) -> 
             ("POST", "/v1/jobs/{}/resume"),
             ("POST", "/v1/jobs/{}/trigger"),
             ("GET", "/v1/jobs/{}/runs"),
+            ("GET", "/v1/jobs/{}/preview"),
             ("GET", "/v1/dead-letters?job_id={}"),
             ("POST", "/v1/dead-letters/redrive?job_id={}"),
         ]:

@@ -407,6 +407,54 @@ def test_preview_table_shows_local_times_and_the_dst_note(cli: Any) -> None:
         assert text in result.out
 
 
+def test_preview_of_an_interval_within_bounds_and_max_runs(cli: Any) -> None:
+    args = ["preview", "--every", "PT30M", "--start-at", "2026-01-15T13:00:00Z"]
+    result = cli(*args, "--after", "2026-01-15T12:00:00Z", "--max-runs", "2", "--json", api=False)
+    assert (result.code, result.err) == (0, "")
+    assert result.json() == ["2026-01-15T13:00:00Z", "2026-01-15T13:30:00Z"]
+    table = cli(*args, "--end-at", "2026-01-15T14:00:00Z", "--count", "5", api=False)
+    assert table.code == 0
+    for text in ("every PT30M", "2026-01-15T14:00:00Z", "ends (end_at)"):
+        assert text in table.out
+    anchored = cli("preview", "--every", "90", "--anchor", "2026-01-01T00:00:00Z", "--json",
+                   "--after", "2026-01-01T00:00:00Z", "--count", "2", api=False)  # fmt: skip
+    assert anchored.json() == ["2026-01-01T00:00:00Z", "2026-01-01T00:01:30Z"]
+
+
+def test_preview_of_a_one_shot(cli: Any) -> None:
+    result = cli("preview", "--at", "2026-03-01T09:00:00+01:00", "--count", "3", api=False)
+    assert result.code == 0
+    assert "2026-03-01T08:00:00Z" in result.out
+    assert "ends (one_shot)" in result.out
+
+
+def test_jobs_preview_through_the_api(cli: Any, server: Server) -> None:
+    at = (server.clock.now() + timedelta(hours=1)).isoformat()
+    job = cli(*create_args("--every", "PT10M", "--start-at", at, "--json")).json()
+    answer = cli("jobs", "preview", job["id"], "--count", "2", "--json").json()
+    assert answer["state"] == "scheduled"
+    assert [f["utc"] for f in answer["fires"]] == [
+        "2026-01-15T13:00:00Z",
+        "2026-01-15T13:10:00Z",
+    ]
+    later = cli("jobs", "preview", job["id"], "--after", "2026-01-15T13:00:00Z", "--json")
+    assert later.json()["fires"][0]["utc"] == "2026-01-15T13:10:00Z"
+    table = cli("jobs", "preview", job["id"], "--count", "2")
+    assert table.code == 0
+    assert f"next 2 fires of job {job['id']}" in table.out
+    assert "2026-01-15T13:10:00Z" in table.out
+
+
+def test_jobs_preview_bad_input_exits_2_naming_the_flag(cli: Any) -> None:
+    missing = cli("jobs", "preview", "f" * 32)
+    assert missing.code == 2
+    assert "does not exist" in missing.err
+    job = cli(*create_args("--every", "PT10M", "--json")).json()
+    bad = cli("jobs", "preview", job["id"], "--count", "0")
+    assert bad.code == 2
+    assert "--count" in bad.err
+
+
 # -- bad input and failures -------------------------------------------------------------------
 
 
@@ -419,7 +467,30 @@ def test_preview_table_shows_local_times_and_the_dst_note(cli: Any) -> None:
         (["preview", "--cron", "* * * * *", "--count", "many"], "--count"),
         (["preview", "--cron", "* * * * *", "--after", "2026-01-01T00:00:00"], "add Z"),
         (["preview", "--cron", "* * * * *", "--after", "soon"], "--after"),
-        (["preview"], "--cron"),
+        (["preview"], "--cron/--every/--at"),
+        (["preview", "--every", "PT1M", "--at", "2026-01-01T00:00:00Z"], "exactly one"),
+        (["preview", "--every", "PT1M", "--tz", "Europe/Berlin"], "--tz"),
+        (
+            ["preview", "--at", "2026-01-01T00:00:00Z", "--anchor", "2026-01-01T00:00:00Z"],
+            "--anchor",
+        ),
+        (["preview", "--every", "soon"], "--every"),
+        (["preview", "--every", "PT1M", "--max-runs", "0"], "--max-runs"),
+        (["preview", "--every", "PT1M", "--anchor", "yesterday"], "--anchor"),
+        (["preview", "--at", "2026-01-01T00:00:00"], "add Z"),
+        (["preview", "--at", "9999-01-01T00:00:00Z"], "--at"),
+        (
+            [
+                "preview",
+                "--every",
+                "PT1M",
+                "--start-at",
+                "2026-02-01T00:00:00Z",
+                "--end-at",
+                "2026-01-01T00:00:00Z",
+            ],
+            "--end-at",
+        ),
         (["preview", "--cron", "* * * * *", "--bogus"], "--bogus"),
         (["nosuchcommand"], "nosuchcommand"),
     ],

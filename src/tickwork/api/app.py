@@ -13,11 +13,13 @@ from tickwork import __doc__ as _package_doc
 from tickwork.api.access import router as access_routes
 from tickwork.api.audit import AuditTrail
 from tickwork.api.auth import OpsGuard, admin, caller
+from tickwork.api.backfills import router as backfill_routes
 from tickwork.api.cluster import router as cluster_routes
 from tickwork.api.errors import install_error_handlers
 from tickwork.api.middleware import EdgeMiddleware
 from tickwork.api.routes import ApiContext, clean_parameters, ops, v1
 from tickwork.clock import Clock
+from tickwork.services.backfills import BackfillService
 from tickwork.services.cluster import ClusterService
 from tickwork.services.dead_letters import DeadLetterService
 from tickwork.services.jobs import JobService
@@ -60,12 +62,16 @@ def create_app(
         egress=AddressPolicy(allow=settings.webhook_allow),
     )
     app.state.cluster = ClusterService(store, clock)
+    app.state.backfills = BackfillService(store, clock)
     limit = Limit(rate=settings.api_key_rate, burst=settings.api_key_burst)
     app.state.keys = keys = KeyService(store, clock, limit=limit)
     install_error_handlers(app)
     if not ops_only:
         app.include_router(v1)
         app.include_router(access_routes, dependencies=[Depends(caller), Depends(clean_parameters)])
+        app.include_router(
+            backfill_routes, prefix="/v1", dependencies=[Depends(caller), Depends(clean_parameters)]
+        )
         app.include_router(cluster_routes, prefix="/v1", dependencies=[Depends(admin)])
     app.include_router(ops)
     app.add_middleware(AuditTrail, store=store, clock=clock)

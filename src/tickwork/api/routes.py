@@ -22,16 +22,16 @@ from tickwork.api.schemas import (
     NOT_BLANK,
     DeadLetterList,
     ErrorOut,
-    FireOut,
     Health,
-    Instant,
     JobCreate,
     JobList,
     JobOut,
+    JobPreviewOut,
     JobUpdate,
     PauseIn,
     PreviewOut,
     PurgeOut,
+    QueryInstant,
     RedriveOut,
     ResumeIn,
     RunDetailOut,
@@ -44,17 +44,20 @@ from tickwork.api.schemas import (
     documented,
 )
 from tickwork.api.strict_json import bad_character
-from tickwork.clock import Clock, utc_iso
-from tickwork.domain.jobs import AlertTarget, JobState, TaskTarget, WebhookTarget
+from tickwork.clock import Clock
+from tickwork.domain.jobs import AlertTarget, DstGap, DstRepeat, JobState, TaskTarget, WebhookTarget
 from tickwork.domain.keys import Principal
 from tickwork.domain.runs import Run
 from tickwork.errors import InvalidInput, NotFound
 from tickwork.services.dead_letters import DeadLetterService, NotDeadLettered
+from tickwork.services.job_preview import preview_job
 from tickwork.services.jobs import KEEP, JobService, unknown_tenant
+from tickwork.services.rules import MAX_RUNS
 from tickwork.services.tenants import TenantService
 from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.timing.cron import ZONE_NAMES
-from tickwork.timing.preview import preview_cron
+from tickwork.timing.preview import preview_schedule
+from tickwork.timing.preview_query import preview_query_schedule
 from tickwork.worker.executors.ssrf import AddressPolicy
 
 log = logging.getLogger("tickwork.api")
@@ -88,6 +91,9 @@ Before = Annotated[
 ]
 JobFilter = Annotated[str | None, Query(max_length=64, description="only this job's")]
 TenantName = Annotated[str, Path(min_length=1, max_length=100, description="the tenant")]
+MaxRunsQuery = Annotated[
+    int | None, Query(ge=1, le=MAX_RUNS, description="stop after this many fires")
+]
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
@@ -397,23 +403,73 @@ def _page(runs: list[Run], limit: int, now: datetime) -> tuple[list[RunOut], int
 async def preview(
     ctx: Ctx,
     cron: Annotated[
-        str,
+        str | None,
         Query(
             min_length=1, max_length=200, examples=["30 2 * * *"], **documented(pattern=NOT_BLANK)
         ),
-    ],
+    ] = None,
     timezone: Annotated[
-        str,
-        Query(max_length=100, description="an IANA time zone name", **documented(enum=ZONE_NAMES)),
-    ] = "UTC",
-    after: Annotated[Instant | None, Query(description="default: now")] = None,
+        str | None,
+        Query(
+            max_length=100,
+            description="an IANA time zone name; cron only (default UTC)",
+            **documented(enum=ZONE_NAMES),
+        ),
+    ] = None,
+    every: Annotated[
+        str | None,
+        Query(max_length=64, description="an interval: ISO-8601 (PT5M) or seconds"),
+    ] = None,
+    anchor: Annotated[
+        QueryInstant | None, Query(description="every only; default: start_at, else after")
+    ] = None,
+    at: Annotated[QueryInstant | None, Query(description="a one-shot's instant")] = None,
+    start_at: Annotated[QueryInstant | None, Query(description="no fire before this")] = None,
+    end_at: Annotated[QueryInstant | None, Query(description="no fire after this")] = None,
+    max_runs: MaxRunsQuery = None,
+    after: Annotated[QueryInstant | None, Query(description="default: now")] = None,
     count: Annotated[int, Query(ge=1, le=1000)] = 10,
+    dst_gap: Annotated[
+        DstGap, Query(description="a wall time that does not exist: cron, shift or skip")
+    ] = DstGap.CRON,
+    dst_repeat: Annotated[
+        DstRepeat, Query(description="a wall time that happens twice: cron, first, second, both")
+    ] = DstRepeat.CRON,
 ) -> PreviewOut:
-    """The next `count` fire instants of a cron expression, with DST notes."""
+    """The next `count` fires of one of a cron expression (with DST notes), an interval
+    (`every`) or a one-shot (`at`), as a job with this schedule created at `after` would
+    fire them."""
     start = ctx.clock.now() if after is None else after
-    entries = preview_cron(cron, check_zone(timezone), start, count)
-    fires = [FireOut(utc=utc_iso(e.utc), local=e.local.isoformat(), note=e.note) for e in entries]
-    return PreviewOut(fires=fires)
+    schedule = preview_query_schedule(
+        start=start,
+        cron=cron,
+        timezone=None if timezone is None else check_zone(timezone),
+        every=every,
+        anchor=anchor,
+        at=at,
+        start_at=start_at,
+        end_at=end_at,
+        max_runs=max_runs,
+        dst_gap=dst_gap,
+        dst_repeat=dst_repeat,
+    )
+    return PreviewOut.of(preview_schedule(schedule, start, count))
+
+
+@v1.get("/jobs/{job_id}/preview", tags=["jobs"])
+async def preview_job_fires(
+    ctx: Ctx,
+    who: Caller,
+    job_id: str,
+    after: Annotated[
+        QueryInstant | None, Query(description="list only fires after this; default: all to come")
+    ] = None,
+    count: Annotated[int, Query(ge=1, le=1000)] = 10,
+) -> JobPreviewOut:
+    """The job's next `count` fires from its next_run_at (a paused job: if resumed now; a
+    completed one: none, with the reason), counting max_runs with its fired_count."""
+    job = job_for(who, await ctx.jobs.get(job_id))
+    return JobPreviewOut.of_job(job, preview_job(job, ctx.clock.now(), count, after=after))
 
 
 @ops.get("/healthz", tags=["ops"], response_model=Health, responses={503: {"model": ErrorOut}})

@@ -79,6 +79,7 @@ from tickwork.services.rules import (
 from tickwork.services.tenants import NewSecret, TenantSigning
 from tickwork.timing.cron import TIMEZONE_FIELD, ZONE_NAMES, load_zone
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
+from tickwork.timing.preview import EndReason, SchedulePreview
 from tickwork.webhooks import MAX_SIGNING_SECRETS, fingerprint
 
 DEFAULT_TIMEOUT = "PT10S"
@@ -134,6 +135,18 @@ def _in_range(when: datetime) -> datetime:
 Instant = Annotated[
     AwareDatetime, AfterValidator(_in_range), Field(examples=["2026-12-24T18:00:00Z"])
 ]
+_DATE_TIME_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ]")
+
+
+def _date_time_text(value: Any) -> Any:
+    # A query parameter is text, and pydantic reads text such as "0.5" as seconds since 1970;
+    # the schema says date-time, so only a date-time is one.
+    if isinstance(value, str) and not _DATE_TIME_TEXT.match(value):
+        raise ValueError("give an ISO-8601 date-time with an offset, e.g. 2026-12-24T18:00:00Z")
+    return value
+
+
+QueryInstant = Annotated[Instant, BeforeValidator(_date_time_text)]
 # Run ids are 64-bit in the SQL stores; a larger number is refused here, not overflowed there.
 MAX_RUN_ID = 2**63 - 1
 InstantOut = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -162,17 +175,25 @@ WholeNumber = Annotated[int, BeforeValidator(_whole), Field(strict=True)]
 
 
 def _one_schedule_kind(schema: dict[str, Any]) -> None:
-    """Exactly one of cron, every or at (null counts as absent), with timezone only beside
-    cron and anchor only beside every: what `ScheduleIn._one_kind` enforces."""
-    only = {"cron": ("timezone",), "every": ("anchor",), "at": ()}
+    """Exactly one of cron, every or at (null counts as absent), with timezone and dst only
+    beside cron and anchor only beside every: what `ScheduleIn._one_kind` enforces."""
+    only = {"cron": ("timezone", "dst"), "every": ("anchor",), "at": ()}
     variants = []
     for kind, companions in only.items():
-        others = [k for k in ("cron", "every", "at", "timezone", "anchor") if k != kind]
+        others = [k for k in ("cron", "every", "at", "timezone", "anchor", "dst") if k != kind]
         nulls = {k: {"type": "null"} for k in others if k not in companions}
         variants.append(
             {"required": [kind], "properties": {kind: {"not": {"type": "null"}}, **nulls}}
         )
     schema["oneOf"] = variants
+
+
+def _at_most_one_schedule_kind(schema: dict[str, Any]) -> None:
+    """A PATCH's schedule: as `_one_schedule_kind`, or none of cron, every and at (then any
+    option goes): what `ScheduleUpdate._one_kind` enforces."""
+    _one_schedule_kind(schema)
+    none = {"properties": {k: {"type": "null"} for k in ("cron", "every", "at")}}
+    schema["oneOf"].insert(0, none)
 
 
 ZoneName = Annotated[
@@ -300,7 +321,7 @@ class ScheduleUpdate(ScheduleIn):
     trigger of another kind starts from that kind's defaults; no trigger at all keeps the
     job's, with the options given (a time zone alone moves a cron job to that zone)."""
 
-    model_config = ConfigDict(json_schema_extra=None)
+    model_config = ConfigDict(json_schema_extra=_at_most_one_schedule_kind)
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScheduleUpdate:
@@ -604,10 +625,14 @@ Name = Annotated[
 Tenant = Annotated[str, Field(min_length=1, max_length=MAX_TENANT_CHARS)]
 
 
+# The bounds sit on the int itself, before the validator that turns 5.0 into 5: after it,
+# pydantic wrote them into the JSON schema as unknown "ge"/"le" keywords, so the schema did not
+# say that 0 is refused. Strict, as WholeNumber: true, "5" and 5.5 are no counts.
 MaxRuns = Annotated[
     int,
+    Field(strict=True, ge=1, le=MAX_RUNS),
     BeforeValidator(_whole),
-    Field(ge=1, le=MAX_RUNS, description="complete after this many scheduled fires"),
+    Field(description="complete after this many scheduled fires"),
 ]
 Overlap = Annotated[
     OverlapPolicy,
@@ -623,7 +648,9 @@ class JobCreate(_Input):
     retry: RetryIn | None = Field(None, description="default: 5 attempts, PT1S x2 up to PT5M")
     on_failure: AlertIn | None = Field(None, description="alert webhook for dead letters")
     overlap: Overlap | None = None
-    max_runs: MaxRuns | None = Field(None, description="default: no limit")
+    max_runs: MaxRuns | None = Field(
+        None, description="complete after this many scheduled fires; default: no limit"
+    )
 
     def to_domain(self) -> JobSpec:
         schedule = replace(
@@ -653,7 +680,9 @@ class JobUpdate(_Input):
     retry: RetryIn | None = None
     on_failure: AlertIn | None = None
     overlap: Overlap | None = None
-    max_runs: MaxRuns | None = Field(None, description="null: no limit")
+    max_runs: MaxRuns | None = Field(
+        None, description="complete after this many scheduled fires; null: no limit"
+    )
 
     def to_domain(self) -> JobPatch:
         on_failure: AlertTarget | Literal[Keep.KEEP] | None = KEEP
@@ -1065,12 +1094,52 @@ class PurgeOut(_Output):
 
 class FireOut(_Output):
     utc: InstantOut
-    local: str = Field(description="the same instant in the schedule's zone, with its offset")
-    note: str | None = Field(description="set when a DST change moved or merged this fire")
+    local: str = Field(
+        description="the same instant in a cron schedule's zone, with its offset (every, at: UTC)"
+    )
+    note: str | None = Field(
+        description="set when a DST change moved or merged this fire, or a one-shot is late"
+    )
+
+
+class EndOut(_Output):
+    reason: EndReason = Field(
+        description="max_runs, end_at, one_shot, horizon (no match within 50 years) or completed"
+    )
+    message: str
 
 
 class PreviewOut(_Output):
     fires: list[FireOut]
+    ends: EndOut | None = Field(
+        description="set when no fire follows the last one listed (or there is none): why; "
+        "null: more follow"
+    )
+
+    @classmethod
+    def of(cls, preview: SchedulePreview) -> PreviewOut:
+        return cls(**cls._fields_of(preview))
+
+    @staticmethod
+    def _fields_of(preview: SchedulePreview) -> dict[str, Any]:
+        fires = [
+            FireOut(utc=utc_iso(e.utc), local=e.local.isoformat(), note=e.note)
+            for e in preview.fires
+        ]
+        ends = preview.ends
+        end = None if ends is None else EndOut(reason=ends.reason, message=ends.message)
+        return {"fires": fires, "ends": end}
+
+
+class JobPreviewOut(PreviewOut):
+    job_id: str
+    state: JobState = Field(
+        description="paused: the fires are those it would make if resumed now; completed: none"
+    )
+
+    @classmethod
+    def of_job(cls, job: Job, preview: SchedulePreview) -> JobPreviewOut:
+        return cls(job_id=job.id, state=job.state, **cls._fields_of(preview))
 
 
 class Health(_Output):

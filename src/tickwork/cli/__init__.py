@@ -8,7 +8,7 @@
     tickwork tenants <verb>         tenants (create, list, show, delete), secrets, egress lists
     tickwork keys <verb>            API keys, in the database (create, list, revoke)
     tickwork secrets <verb>         keys for secrets at rest (keygen, reencrypt)
-    tickwork preview --cron EXPR    the next fire instants, computed locally
+    tickwork preview --cron EXPR    the next fires of a schedule (or --every, --at), locally
     tickwork cluster                schedulers, workers, partitions and queues (--watch)
 
 Output is a readable table by default; `--json` prints machine output and nothing else.
@@ -18,7 +18,8 @@ exits 2, an unreachable or failing API or store exits 1.
 The package: `app` (the command tree, `run` and its failure handling), `client` (the HTTP
 API client), `render` (tables and JSON), `options` (shared flags), and one module per command
 group, each registering its commands on the tree when imported: `serve` (`up`, the single
-roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs show`), `dlq`,
+roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs show`), `backfills`
+(`jobs backfill`, `jobs backfills`), `dlq`,
 `tenants`, `keys` and `secrets`. A root option, `--api-key`, gives the key the API commands send.
 """
 
@@ -29,6 +30,9 @@ from tickwork.cli import serve  # noqa: F401
 
 # isort: split
 from tickwork.cli import cluster, dlq, jobs, keys, preview, secrets, tenants  # noqa: F401
+
+# isort: split
+from tickwork.cli import backfills  # noqa: F401  (`jobs backfill`, after the other jobs verbs)
 from tickwork.cli.app import main, run
 
 __all__ = ["main", "run"]

@@ -19,7 +19,15 @@ from tickwork.cli.options import (
     RunIdArg,
     SecretOpt,
 )
-from tickwork.cli.render import job_detail, jobs_table, run_detail, runs_table, show, show_page
+from tickwork.cli.render import (
+    job_detail,
+    job_fires,
+    jobs_table,
+    run_detail,
+    runs_table,
+    show,
+    show_page,
+)
 
 __all__ = [
     "jobs_create",
@@ -27,6 +35,7 @@ __all__ = [
     "jobs_get",
     "jobs_list",
     "jobs_pause",
+    "jobs_preview",
     "jobs_resume",
     "jobs_runs",
     "jobs_trigger",
@@ -153,6 +162,22 @@ def jobs_delete(job_id: JobIdArg, api: ApiOpt = None, as_json: JsonOpt = False) 
     api_client(api).call("DELETE", f"/v1/jobs/{job_id}")
     if not as_json:
         stdout_console().print(f"deleted job {job_id}", markup=False)
+
+
+@jobs_app.command("preview")
+def jobs_preview(
+    job_id: JobIdArg,
+    count: Annotated[int, typer.Option(help="how many fires, 1..1000")] = 10,
+    after: Annotated[
+        str | None, typer.Option(help="only fires after this ISO-8601 instant")
+    ] = None,
+    api: ApiOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a job's next fires (a paused job's: if it were resumed now)."""
+    query = present({"after": after}) | {"count": count}
+    answer = api_client(api).call("GET", f"/v1/jobs/{job_id}/preview", params=query)
+    show(answer, as_json, job_fires)
 
 
 @jobs_app.command("runs")

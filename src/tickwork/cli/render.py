@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from tickwork.cli.app import stdout_console
 from tickwork.clock import utc_iso
@@ -20,8 +21,11 @@ from tickwork.timing.preview import PreviewEntry
 
 __all__ = [
     "dead_letters_table",
+    "ends_line",
+    "fire_rows",
     "fires_table",
     "job_detail",
+    "job_fires",
     "jobs_table",
     "print_json",
     "run_detail",
@@ -59,13 +63,36 @@ def show_page(page: Mapping[str, Any], as_json: bool, table: Table, more: str) -
 # -- preview ----------------------------------------------------------------------------------
 
 
-def fires_table(entries: Sequence[PreviewEntry], *, cron: str, tz: str) -> Table:
-    table = Table(
-        "#", "UTC", f"local ({tz})", "note", title=f"next {len(entries)} fires of {cron!r}"
-    )
-    for n, entry in enumerate(entries, 1):
-        table.add_row(str(n), utc_iso(entry.utc), entry.local.isoformat(), entry.note or "")
+def fires_table(fires: Sequence[Mapping[str, Any]], *, title: str, zone: str) -> Table:
+    """Fires as the API lists them (`utc`, `local`, `note`)."""
+    table = Table("#", "UTC", f"local ({zone})", "note", title=title)
+    for n, fire in enumerate(fires, 1):
+        table.add_row(str(n), fire["utc"], fire["local"], fire["note"] or "")
     return table
+
+
+def fire_rows(entries: Sequence[PreviewEntry]) -> list[dict[str, Any]]:
+    """Locally computed fires in the API's shape, for `fires_table`."""
+    return [{"utc": utc_iso(e.utc), "local": e.local.isoformat(), "note": e.note} for e in entries]
+
+
+def job_fires(answer: Mapping[str, Any]) -> Group:
+    """GET /v1/jobs/{id}/preview: the fires, then why they end, if they do."""
+    fires = answer["fires"]
+    state = answer["state"]
+    heading = f"next {len(fires)} fires of job {answer['job_id']}"
+    if state == "paused":
+        heading += " (paused: what would fire if it were resumed now)"
+    elif state == "completed":
+        heading += " (completed)"
+    parts: list[Any] = [fires_table(fires, title=heading, zone="schedule's zone")]
+    if answer.get("ends"):
+        parts.append(ends_line(answer["ends"]))
+    return Group(*parts)
+
+
+def ends_line(ends: Mapping[str, Any]) -> Text:
+    return Text(f"ends ({ends['reason']}): {ends['message']}")
 
 
 # -- jobs -------------------------------------------------------------------------------------

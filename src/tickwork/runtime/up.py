@@ -28,6 +28,7 @@ from tickwork.maintenance.heartbeat import HeartbeatConfig, NodeHeartbeat
 from tickwork.maintenance.pruner import Pruner, PrunerConfig
 from tickwork.maintenance.queue_depth import DepthGauge, DepthGaugeConfig, depth_source
 from tickwork.queue.base import Queue
+from tickwork.scheduler.backfill_lane import BackfillLane, LaneConfig
 from tickwork.scheduler.partitions import KeeperConfig, PartitionKeeper
 from tickwork.scheduler.service import Dispatch, Publish, SchedulerConfig, SchedulerService
 from tickwork.services.keys import KeyService
@@ -198,6 +199,9 @@ async def _serve_with(
             scheduler = _scheduler(store, clock, settings, node_id, dispatch, publish, keeper)
             keeper.describe = scheduler.describe
             services += [keeper.run(stop), scheduler.run(stop)]
+            # Backfills and catch-ups have a loop of their own: the tick loop never waits on them.
+            lane = BackfillLane(store, clock, LaneConfig(rate_per_s=settings.backfill_rate))
+            services.append(lane.run(stop))
             retention = timedelta(days=settings.history_retention_days)
             services.append(Pruner(store, clock, PrunerConfig(retention=retention)).run(stop))
         if Role.API in roles:

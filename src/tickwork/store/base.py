@@ -13,7 +13,9 @@ seam is split by concern, each part its own Protocol with its contract on its me
     AccessStore      API keys (stored by their hash) and the tenants as a resource: created,
                      listed, deleted
     AuditStore       the audit log of changes made through the API: appended, listed, pruned
-    ScheduleStore    all seven: what a backend implements and what services are given
+    BackfillStore    backfills and catch-ups: created, read, advanced a slice at a time by the
+                     paced lane (a compare-and-set on their cursor), cancelled
+    ScheduleStore    all of them: what a backend implements and what services are given
 
 Rules for every method of every part:
 
@@ -39,6 +41,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Protocol, TypeVar
 
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.backfills import Backfill, BackfillSlice, RunningBackfill
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState, Schedule
 from tickwork.domain.keys import ApiKey
@@ -676,6 +679,48 @@ class AuditStore(Protocol):
         ...
 
 
+class BackfillStore(Protocol):
+    """Backfills (tw_backfills): ranges of past occurrences the paced lane replays."""
+
+    async def create_backfill(self, backfill: Backfill) -> Backfill:
+        """Store a new backfill as given (its id is ignored); returns it with the id the store
+        assigned (ascending in creation order)."""
+        ...
+
+    async def get_backfill(self, backfill_id: int) -> Backfill:
+        """The backfill as stored now. Raises NotFound("backfill", id)."""
+        ...
+
+    async def list_backfills(self, job_id: str, *, limit: int = 100) -> list[Backfill]:
+        """One job's backfills, newest first, at most `limit` (none for an unknown job)."""
+        ...
+
+    async def running_backfills(self, *, limit: int) -> list[RunningBackfill]:
+        """Running backfills, oldest first, at most `limit`, each with its job's schedule as
+        it is now; a backfill whose job was deleted is left out."""
+        ...
+
+    async def advance_backfill(self, advance: BackfillSlice, *, now: datetime) -> int | None:
+        """Apply one slice, in one statement or transaction: a compare-and-set that moves the
+        backfill's cursor from `advance.expected_cursor` to `advance.new_cursor`, adds the
+        slice's occurrences to `done`, sets its pacing clock and completes it if the slice
+        `completes`; it moves only while the backfill is running at that cursor and, with
+        `one_at_a_time`, while its job has no pending run. When it moves, each occurrence gets
+        a run of `advance.origin` (its key `occurrence_key(job, t, origin)`), unowned and
+        leasable at `now` like a manual run; an occurrence whose key has a run already is not
+        inserted again. The job itself (next_run_at, fence, fired_count) is never touched.
+
+        Returns how many runs were inserted, or None when the compare-and-set failed (another
+        process advanced it, it was cancelled, or the job has a pending run): nothing changed.
+        Wakes the watchers of "runs" when it inserted any."""
+        ...
+
+    async def cancel_backfill(self, backfill_id: int, *, now: datetime) -> Backfill:
+        """Cancel the backfill if it is running (what it enqueued stays); a finished one is
+        returned as it is. Raises NotFound("backfill", id)."""
+        ...
+
+
 class ScheduleStore(
     StoreLifecycle,
     JobStore,
@@ -685,6 +730,7 @@ class ScheduleStore(
     AccessStore,
     AuditStore,
     SecretsStore,
+    BackfillStore,
     Protocol,
 ):
     """Every part of the seam: what a backend implements, and what services are given."""

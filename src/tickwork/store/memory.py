@@ -14,6 +14,12 @@ from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import Clock, SystemClock
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.backfills import (
+    Backfill,
+    BackfillSlice,
+    BackfillState,
+    RunningBackfill,
+)
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
@@ -84,6 +90,8 @@ class MemoryStore:
         self._api_keys: dict[str, ApiKey] = {}
         self._audit: dict[int, AuditEntry] = {}  # by id, in id order
         self._next_audit_id = 1
+        self._backfills: dict[int, Backfill] = {}  # by id, in id order
+        self._next_backfill_id = 1  # never reused, like the SQL stores' identity columns
         self._watchers = Watchers()
 
     async def open(self) -> None:
@@ -138,6 +146,8 @@ class MemoryStore:
             self._keys.discard(run.key)
             self._leases.pop(run_id, None)
         self._attempts = [a for a in self._attempts if a.job_id != job_id]
+        for backfill_id in [b.id for b in self._backfills.values() if b.job_id == job_id]:
+            del self._backfills[backfill_id]
         self._watchers.notify("jobs")
 
     # -- fire path --------------------------------------------------------------------------
@@ -378,6 +388,73 @@ class MemoryStore:
         self._leases[run.id] = (None, now)
         self._watchers.notify("runs")
         return self._view(run)
+
+    # -- backfills ---------------------------------------------------------------------------
+    async def create_backfill(self, backfill: Backfill) -> Backfill:
+        stored = replace(backfill, id=self._next_backfill_id)
+        self._next_backfill_id += 1
+        self._backfills[stored.id] = stored
+        return stored
+
+    async def get_backfill(self, backfill_id: int) -> Backfill:
+        try:
+            return self._backfills[backfill_id]
+        except KeyError:
+            raise NotFound("backfill", str(backfill_id)) from None
+
+    async def list_backfills(self, job_id: str, *, limit: int = 100) -> list[Backfill]:
+        found = [b for b in reversed(self._backfills.values()) if b.job_id == job_id]
+        return found[:limit]
+
+    async def running_backfills(self, *, limit: int) -> list[RunningBackfill]:
+        running = [
+            RunningBackfill(backfill=b, schedule=self._jobs[b.job_id].schedule)
+            for b in self._backfills.values()
+            if b.state is BackfillState.RUNNING and b.job_id in self._jobs
+        ]
+        return running[:limit]
+
+    async def advance_backfill(self, advance: BackfillSlice, *, now: datetime) -> int | None:
+        backfill = self._backfills.get(advance.backfill_id)
+        if (
+            backfill is None
+            or backfill.state is not BackfillState.RUNNING
+            or backfill.cursor_at != advance.expected_cursor
+            or (advance.one_at_a_time and self._has_pending_run(backfill.job_id))
+        ):
+            return None
+        self._backfills[backfill.id] = replace(
+            backfill,
+            cursor_at=advance.new_cursor,
+            done=backfill.done + len(advance.occurrences),
+            state=BackfillState.COMPLETED if advance.completes else BackfillState.RUNNING,
+            paced_at=advance.paced_at,
+            updated_at=now,
+        )
+        job = self._jobs.get(backfill.job_id)
+        if job is None:
+            return 0
+        inserted = 0
+        for at in advance.occurrences:
+            run = self._insert_run(job, at, advance.origin, job.fence_token, 0, now, attempt=0)
+            if run is not None:
+                self._leases[run.id] = (None, now)
+                inserted += 1
+        if inserted:
+            self._watchers.notify("runs")
+        return inserted
+
+    async def cancel_backfill(self, backfill_id: int, *, now: datetime) -> Backfill:
+        backfill = await self.get_backfill(backfill_id)
+        if backfill.state is BackfillState.RUNNING:
+            backfill = replace(backfill, state=BackfillState.CANCELLED, updated_at=now)
+            self._backfills[backfill_id] = backfill
+        return backfill
+
+    def _has_pending_run(self, job_id: str) -> bool:
+        return any(
+            r.job_id == job_id and r.status is RunStatus.PENDING for r in self._runs.values()
+        )
 
     async def lease_runs(
         self,

@@ -13,6 +13,11 @@ Debian cron makes, by whether the minute or hour field starts with `*`):
   `0 */2 * * *`, `@hourly`) fire at every real instant whose local wall time matches: skipped wall
   times never fire, repeated wall times fire twice.
 
+A job may override either rule (`DstGap`, `DstRepeat`, docs/cron-and-dst.md section 3.1): a
+skipped wall time shifts to the jump or is skipped; a repeated one fires at the first, the second
+or both. `CRON` keeps the rule above for that case. Choices equal to one of the two Debian rules
+run its code; the mixed ones walk matching wall times and map each to its instants.
+
 cronsim applies the same rules itself, but only to 5-field expressions, and its elapsed-time mode
 steps hours by 3600 s, which misses occurrences around 30-minute shifts (Australia/Lord_Howe).
 Doing the mapping here gives one rule for 5- and 6-field expressions and exact results everywhere;
@@ -23,19 +28,24 @@ from __future__ import annotations
 
 import difflib
 import functools
+import heapq
 import re
 import zoneinfo
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TypeVar
 
 from cronsim import CronSim, CronSimError
 
 from tickwork.clock import from_us, to_us
+from tickwork.domain.jobs import DstGap, DstRepeat
 from tickwork.errors import InvalidInput
 
 CRON_FIELD = "schedule.cron"
 TIMEZONE_FIELD = "schedule.timezone"
+DST_GAP_FIELD = "schedule.dst.gap"
+DST_REPEAT_FIELD = "schedule.dst.repeat"
 
 MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -101,12 +111,22 @@ class CronExpression:
     fields: str  # the 5- or 6-field form cronsim evaluates (macros expanded)
     fixed_time: bool  # True: calendar appointment rule; False: elapsed-time rule (see module doc)
     zone: tzinfo = field(repr=False, compare=False)
+    gap: DstGap = DstGap.CRON  # a matching wall time that does not exist (spring forward)
+    repeat: DstRepeat = DstRepeat.CRON  # a matching wall time that happens twice (fall back)
 
     @classmethod
-    def parse(cls, expr: str, timezone: str = "UTC") -> CronExpression:
-        """Parse and validate; results are cached, since many jobs share an expression.
+    def parse(
+        cls,
+        expr: str,
+        timezone: str = "UTC",
+        gap: DstGap = DstGap.CRON,
+        repeat: DstRepeat = DstRepeat.CRON,
+    ) -> CronExpression:
+        """Parse and validate; results are cached per (expression, zone, gap, repeat), since
+        many jobs share an expression.
 
-        Raises InvalidInput with field `schedule.cron` or `schedule.timezone`.
+        Raises InvalidInput with field `schedule.cron`, `schedule.timezone`, `schedule.dst.gap`
+        or `schedule.dst.repeat`.
         """
         if not isinstance(expr, str):
             raise InvalidInput(CRON_FIELD, "cron expression must be a string", code="invalid_cron")
@@ -114,7 +134,17 @@ class CronExpression:
             raise InvalidInput(
                 TIMEZONE_FIELD, "time zone must be a string", code="unknown_timezone"
             )
-        return _parse_cached(expr, timezone)
+        return _parse_cached(expr, timezone, _choice(DstGap, gap), _choice(DstRepeat, repeat))
+
+    @property
+    def rules(self) -> tuple[DstGap, DstRepeat]:
+        """The choices in force, with CRON resolved by the expression's kind (never CRON)."""
+        gap, repeat = self.gap, self.repeat
+        if gap is DstGap.CRON:
+            gap = DstGap.SHIFT if self.fixed_time else DstGap.SKIP
+        if repeat is DstRepeat.CRON:
+            repeat = DstRepeat.FIRST if self.fixed_time else DstRepeat.BOTH
+        return gap, repeat
 
     def next_after(self, after: datetime) -> datetime | None:
         """The first fire instant strictly after `after`; None if none within cronsim's horizon."""
@@ -129,9 +159,12 @@ class CronExpression:
         after = _utc(after)
         if self.zone is UTC:
             return _naive_utc(CronSim(self.fields, after.replace(tzinfo=None)))
-        if self.fixed_time:
+        rules = self.rules
+        if rules == _FIXED_RULES:
             return self._fixed_forward(after)
-        return self._elapsed_forward(after)
+        if rules == _ELAPSED_RULES:
+            return self._elapsed_forward(after)
+        return self._walls_forward(after, *rules)
 
     def iter_at_or_before(self, when: datetime) -> Iterator[datetime]:
         """Fire instants at or before `when`, descending, each once."""
@@ -139,9 +172,12 @@ class CronExpression:
         if self.zone is UTC:
             start = _inclusive(when.replace(tzinfo=None))
             return _naive_utc(CronSim(self.fields, start, reverse=True))
-        if self.fixed_time:
+        rules = self.rules
+        if rules == _FIXED_RULES:
             return self._fixed_backward(when)
-        return self._elapsed_backward(when)
+        if rules == _ELAPSED_RULES:
+            return self._elapsed_backward(when)
+        return self._walls_backward(when, *rules)
 
     def next_matching_wall(self, after: datetime) -> datetime | None:
         """The first naive wall time strictly after naive `after` that the fields match.
@@ -228,6 +264,85 @@ class CronExpression:
             else:
                 return
 
+    # Mixed choices (a fixed time that skips or fires twice, an elapsed one that shifts or fires
+    # once): walk the matching wall times and send each to its instants. A repeated wall's
+    # second instant comes after later walls' first ones, so instants wait in a heap until no
+    # wall still to come can produce an earlier one. That bound holds because a wall's earliest
+    # instant (first of two, or the jump for a skipped one) never decreases as walls increase,
+    # and nor does its latest (second of two, or the jump).
+
+    def _walls_forward(self, after: datetime, gap: DstGap, repeat: DstRepeat) -> Iterator[datetime]:
+        local = after.astimezone(self.zone)
+        start = _naive(local)
+        if not local.fold and _is_repeated(local):
+            # Earlier walls of this repeated stretch still have their second instant ahead.
+            start -= _offset_of(local) - _offset_of(local.replace(fold=1))
+        after_us, last_us = to_us(after), to_us(after)
+        pending: list[int] = []
+        for wall in CronSim(self.fields, start):
+            earliest, _, fires = self._wall_instants(wall, gap, repeat)
+            while pending and pending[0] <= earliest:
+                instant = heapq.heappop(pending)
+                if instant > last_us:
+                    yield from_us(instant)
+                    last_us = instant
+            for instant in fires:
+                if instant > after_us:
+                    heapq.heappush(pending, instant)
+        while pending:
+            instant = heapq.heappop(pending)
+            if instant > last_us:
+                yield from_us(instant)
+                last_us = instant
+
+    def _walls_backward(self, when: datetime, gap: DstGap, repeat: DstRepeat) -> Iterator[datetime]:
+        local = when.astimezone(self.zone)
+        start = _naive(local)
+        if local.fold:
+            # Later walls of this repeated stretch had their first instant already.
+            start += _offset_of(local.replace(fold=0)) - _offset_of(local)
+        when_us = to_us(when)
+        last_us: int | None = None
+        pending: list[int] = []  # negated, so the heap pops the latest first
+        for wall in CronSim(self.fields, _inclusive(start), reverse=True):
+            _, latest, fires = self._wall_instants(wall, gap, repeat)
+            while pending and -pending[0] >= latest:
+                instant = -heapq.heappop(pending)
+                if last_us is None or instant < last_us:
+                    yield from_us(instant)
+                    last_us = instant
+            for instant in fires:
+                if instant <= when_us:
+                    heapq.heappush(pending, -instant)
+        while pending:
+            instant = -heapq.heappop(pending)
+            if last_us is None or instant < last_us:
+                yield from_us(instant)
+                last_us = instant
+
+    def _wall_instants(
+        self, wall: datetime, gap: DstGap, repeat: DstRepeat
+    ) -> tuple[int, int, tuple[int, ...]]:
+        """(earliest, latest, fires) in epoch us for one matching naive wall time."""
+        first = to_us(wall.replace(tzinfo=self.zone))
+        second = to_us(wall.replace(tzinfo=self.zone, fold=1))
+        if first == second:
+            return first, first, (first,)
+        if first < second:  # happens twice: fold 0 is the first pass (PEP 495)
+            if repeat is DstRepeat.FIRST:
+                return first, second, (first,)
+            if repeat is DstRepeat.SECOND:
+                return first, second, (second,)
+            return first, second, (first, second)
+        # Does not exist: fold 1 reads it with the offset after the jump, landing before it.
+        jump = to_us(bisect_offset_change(self.zone, from_us(second), from_us(first)))
+        return jump, jump, ((jump,) if gap is DstGap.SHIFT else ())
+
+
+# Debian's two rules, as choices: both have their own walk above.
+_FIXED_RULES = (DstGap.SHIFT, DstRepeat.FIRST)
+_ELAPSED_RULES = (DstGap.SKIP, DstRepeat.BOTH)
+
 
 # --- offsets and transitions ---------------------------------------------------------------
 
@@ -275,6 +390,11 @@ def _utcoffset(zone: tzinfo, instant: datetime) -> timedelta:
     return _offset_of(instant.astimezone(zone))
 
 
+def _is_repeated(local: datetime) -> bool:
+    """Whether this aware local time's wall clock reading happens twice."""
+    return local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset()
+
+
 def _offset_of(local: datetime) -> timedelta:
     offset = local.utcoffset()
     assert offset is not None  # every zone we build from is a concrete tzinfo
@@ -312,8 +432,26 @@ def _naive_utc(walls: CronSim) -> Iterator[datetime]:
 # --- parsing and validation ----------------------------------------------------------------
 
 
+_Choice = TypeVar("_Choice", DstGap, DstRepeat)
+
+
+def _choice(kind: type[_Choice], value: str) -> _Choice:
+    field_name = DST_GAP_FIELD if kind is DstGap else DST_REPEAT_FIELD
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(choice.value for choice in kind)
+        message = f"{value!r} is not a DST choice; use one of {allowed}"
+        raise InvalidInput(field_name, message, code="invalid") from None
+
+
 @functools.lru_cache(maxsize=4096)
-def _parse_cached(expr: str, timezone: str) -> CronExpression:
+def _parse_cached(expr: str, timezone: str, gap: DstGap, repeat: DstRepeat) -> CronExpression:
+    if gap is not DstGap.CRON or repeat is not DstRepeat.CRON:
+        # The choices change only the walk, not what parses: validate once per expression.
+        return replace(
+            _parse_cached(expr, timezone, DstGap.CRON, DstRepeat.CRON), gap=gap, repeat=repeat
+        )
     zone = load_zone(timezone)
     fields = _normalize(expr)
     parts = fields.split()

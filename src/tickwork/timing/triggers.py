@@ -3,7 +3,7 @@
 An occurrence is an instant the trigger produces that also lies inside the schedule's bounds,
 both ends inclusive: `start_at <= occurrence <= end_at`.
 
-- cron: the fire instants of `CronExpression.parse(expr, timezone)`.
+- cron: the fire instants of `CronExpression.parse(expr, timezone, dst_gap, dst_repeat)`.
 - every: `anchor + k * interval_ms` for k = 0, 1, 2, ...; the anchor is the first occurrence,
   nothing is extrapolated before it. Computed with integer microseconds, never by looping.
 - at: the single instant `at`.
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import from_us, to_us
-from tickwork.domain.jobs import AtTrigger, CronTrigger, EveryTrigger, Schedule, Trigger
+from tickwork.domain.jobs import AtTrigger, CronTrigger, EveryTrigger, Schedule
 from tickwork.errors import InvalidInput
 from tickwork.timing.cron import CronExpression
 from tickwork.timing.durations import MAX_INTERVAL_MS, format_duration_ms
@@ -43,7 +43,7 @@ def validate_schedule(schedule: Schedule) -> None:
     _check_bounds(schedule)
     trigger = schedule.trigger
     if isinstance(trigger, CronTrigger):
-        CronExpression.parse(trigger.expr, trigger.timezone)
+        _cron(schedule)
     elif isinstance(trigger, EveryTrigger):
         _check_every(trigger)
     else:
@@ -60,7 +60,7 @@ def next_occurrence(schedule: Schedule, after: datetime) -> datetime | None:
     start_at = schedule.start_at
     if start_at is not None and start_at > after:
         after = _just_before(start_at)  # an occurrence exactly at start_at counts
-    found = _next_raw(schedule.trigger, after)
+    found = _next_raw(schedule, after)
     if found is None or (schedule.end_at is not None and found > schedule.end_at):
         return None
     return found
@@ -92,7 +92,7 @@ def latest_occurrence(
         return None
     trigger = schedule.trigger
     if isinstance(trigger, CronTrigger):
-        found = _cron(trigger).latest_at_or_before(hi)
+        found = _cron(schedule).latest_at_or_before(hi)
     elif isinstance(trigger, EveryTrigger):
         found = _every_at_or_before(trigger, hi)
     else:
@@ -114,23 +114,29 @@ def count_occurrences(
         return min(cap, _every_count(trigger, lo_exclusive, hi))
     if isinstance(trigger, AtTrigger):
         return 1 if lo_exclusive < trigger.at <= hi else 0
-    return _count_up_to(_cron(trigger).iter_after(lo_exclusive), hi, cap)
+    return _count_up_to(_cron(schedule).iter_after(lo_exclusive), hi, cap)
 
 
 # --- per-trigger arithmetic ----------------------------------------------------------------
 
 
-def _next_raw(trigger: Trigger, after: datetime) -> datetime | None:
+def _next_raw(schedule: Schedule, after: datetime) -> datetime | None:
+    trigger = schedule.trigger
     if isinstance(trigger, CronTrigger):
-        return _cron(trigger).next_after(after)
+        return _cron(schedule).next_after(after)
     if isinstance(trigger, EveryTrigger):
         return from_us(_every_after_us(trigger, to_us(after)))
     at = trigger.at
     return at.astimezone(UTC) if at > after else None
 
 
-def _cron(trigger: CronTrigger) -> CronExpression:
-    return CronExpression.parse(trigger.expr, trigger.timezone)
+def _cron(schedule: Schedule) -> CronExpression:
+    """The schedule's cron expression with its DST choices; only for cron schedules."""
+    trigger = schedule.trigger
+    assert isinstance(trigger, CronTrigger)
+    return CronExpression.parse(
+        trigger.expr, trigger.timezone, schedule.dst_gap, schedule.dst_repeat
+    )
 
 
 def _every_after_us(trigger: EveryTrigger, after_us: int) -> int:
@@ -242,7 +248,7 @@ def _check_can_fire(schedule: Schedule) -> None:
     if schedule.start_at is not None:
         fires = next_occurrence(schedule, _just_before(schedule.start_at)) is not None
     elif isinstance(trigger, CronTrigger):
-        fires = _cron(trigger).latest_at_or_before(end_at) is not None
+        fires = _cron(schedule).latest_at_or_before(end_at) is not None
     else:
         fires = trigger.anchor <= end_at  # the anchor is an interval's first occurrence
     if not fires:

@@ -3,4 +3,4 @@ loaded once at import, with :name parameters numbered for asyncpg ($1, $2, ...).
 
 from tickwork.store.sql.named import load_statements
 
-SQL = load_statements("common", "postgres", numbered=True)
+SQL = load_statements("common", "backfills", "postgres", numbered=True)

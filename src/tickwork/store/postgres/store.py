@@ -29,6 +29,7 @@ import asyncpg
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.backfills import Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
@@ -58,6 +59,13 @@ from tickwork.store.postgres.errors import translated
 from tickwork.store.postgres.listen import NotifyListener
 from tickwork.store.postgres.statements import SQL
 from tickwork.store.sql import rows
+from tickwork.store.sql.backfills import (
+    SqlBackfillReads,
+    backfill_from_row,
+    backfill_params,
+    slice_keys,
+    slice_params,
+)
 from tickwork.store.sql.named import Statement
 from tickwork.store.sql.reads import SqlReads, floor_us
 from tickwork.store.sql.reseal import ResealStatements, reseal_all
@@ -83,7 +91,7 @@ RESEAL = ResealStatements(
 )
 
 
-class PostgresStore(SqlReads):
+class PostgresStore(SqlReads, SqlBackfillReads):
     def __init__(
         self,
         url: str,
@@ -317,6 +325,36 @@ class PostgresStore(SqlReads):
         if not found:
             raise NotFound("job", job_id)
         return rows.run_from_row(found[0])
+
+    # -- backfills (the reads are SqlBackfillReads') -------------------------------------------
+    async def create_backfill(self, backfill: Backfill) -> Backfill:
+        found = await self._fetch(
+            self._sql.insert_backfill, backfill_params(backfill), "creating a backfill"
+        )
+        return backfill_from_row(found[0])
+
+    async def advance_backfill(self, advance: BackfillSlice, *, now: datetime) -> int | None:
+        values = slice_params(advance, to_us(now)) | {
+            "keys": slice_keys(advance),
+            "at_us": [to_us(at) for at in advance.occurrences],
+        }
+        with translated("advancing a backfill"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                [result] = await _fetch(conn, self._sql.advance_backfill, values)
+                if result["inserted"]:
+                    await self._notify(conn, "runs")
+        if not result["moved"]:
+            return None
+        if result["inserted"]:
+            self._watchers.notify("runs")
+        return int(result["inserted"])
+
+    async def cancel_backfill(self, backfill_id: int, *, now: datetime) -> Backfill:
+        values = {"id": backfill_id, "now": to_us(now)}
+        found = await self._fetch(self._sql.cancel_backfill, values, "cancelling a backfill")
+        if not found:
+            return await self.get_backfill(backfill_id)  # NotFound, or finished already
+        return backfill_from_row(found[0])
 
     async def partition_heads(
         self, now: datetime, partitions: Collection[int] | None = None

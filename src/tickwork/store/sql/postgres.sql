@@ -50,10 +50,11 @@ CROSS JOIN LATERAL (
 ORDER BY p.partition
 
 -- name: delete_job_and_runs
--- Delete a job, its runs and their attempts in one statement (no foreign keys: a trigger cost
--- ~20 ms per 1,000-fire claim). Returns the job's id, or nothing if it did not exist.
+-- Delete a job, its runs and their attempts, and its backfills, in one statement (no foreign
+-- keys: a trigger cost ~20 ms per 1,000-fire claim). Returns the job's id, or nothing if it did not exist.
 WITH runs AS (DELETE FROM tw_runs WHERE job_id = :id RETURNING id),
-attempts AS (DELETE FROM tw_attempts WHERE run_id IN (SELECT id FROM runs))
+attempts AS (DELETE FROM tw_attempts WHERE run_id IN (SELECT id FROM runs)),
+backfills AS (DELETE FROM tw_backfills WHERE job_id = :id)
 DELETE FROM tw_jobs WHERE id = :id RETURNING id
 
 -- fragment: db_now
@@ -460,3 +461,29 @@ FROM unnest(:at_us::bigint[], :key_id::text[], :key_prefix::text[], :role::text[
     WITH ORDINALITY AS e(at_us, key_id, key_prefix, role, actor_tenant, action, resource, tenant,
                          status, client, n)
 ORDER BY e.n
+
+-- name: advance_backfill
+-- The lane's slice of one backfill in one statement: the compare-and-set on its cursor (it
+-- moves only while running at the cursor the slice was planned from and, one at a time, while
+-- its job has no pending run), then the slice's runs, unowned and leasable at once like a
+-- manual run, under keys of their own origin (an occurrence that has its run already is
+-- skipped: replaying a range never duplicates). Returns whether it moved and how many runs
+-- it inserted.
+WITH moved AS (
+    UPDATE tw_backfills SET cursor_us = :cursor_us, done = done + :n, state = :state,
+        paced_us = :paced_us, updated_us = :now
+    WHERE id = :id AND state = 'running' AND cursor_us IS NOT DISTINCT FROM :expected_us
+      AND (NOT :one_at_a_time OR NOT EXISTS (
+            SELECT 1 FROM tw_runs r WHERE r.job_id = tw_backfills.job_id AND r.status = 'pending'))
+    RETURNING job_id
+),
+inserted AS (
+    INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                         coalesced, lease_owner, lease_until_us, created_us)
+    SELECT j.id, o.key, :origin, o.at_us, 'pending', 0, j.fence_token, 0, NULL, :now, :now
+    FROM moved m JOIN tw_jobs j ON j.id = m.job_id,
+         unnest(:keys::text[], :at_us::bigint[]) AS o(key, at_us)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM inserted) AS inserted

@@ -272,3 +272,27 @@ INSERT INTO tw_audit (at_us, key_id, key_prefix, role, actor_tenant, action, res
                       status, client)
 VALUES (:at_us, :key_id, :key_prefix, :role, :actor_tenant, :action, :resource, :tenant,
         :status, :client)
+
+-- name: delete_backfills_of_job
+-- Delete a job's backfills, with the job.
+DELETE FROM tw_backfills WHERE job_id = :id
+
+-- name: advance_backfill
+-- The lane's compare-and-set on one backfill: it moves only while running at the cursor the
+-- slice was planned from (and, one at a time, while its job has no pending run); returns the
+-- job's fence for the runs the same transaction inserts next (insert_backfill_run).
+UPDATE tw_backfills SET cursor_us = :cursor_us, done = done + :n, state = :state,
+    paced_us = :paced_us, updated_us = :now
+WHERE id = :id AND state = 'running' AND cursor_us IS :expected_us
+  AND (:one_at_a_time = 0 OR NOT EXISTS (
+        SELECT 1 FROM tw_runs r WHERE r.job_id = tw_backfills.job_id AND r.status = 'pending'))
+RETURNING job_id,
+    (SELECT fence_token FROM tw_jobs WHERE tw_jobs.id = tw_backfills.job_id) AS fence_token
+
+-- name: insert_backfill_run
+-- One occurrence of a backfill slice: unowned and leasable at once, like a manual run; its
+-- origin's key suffix keeps it apart from the scheduled occurrence (nothing if it has a run).
+INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
+                     lease_owner, lease_until_us, created_us)
+VALUES (:job_id, :key, :origin, :at_us, 'pending', 0, :fence, 0, NULL, :now, :now)
+ON CONFLICT (key) DO NOTHING

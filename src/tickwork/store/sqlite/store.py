@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.backfills import Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState
 from tickwork.domain.keys import ApiKey
@@ -47,6 +48,13 @@ from tickwork.store.base import (
     last_outcome_per_lease,
 )
 from tickwork.store.sql import rows
+from tickwork.store.sql.backfills import (
+    SqlBackfillReads,
+    backfill_from_row,
+    backfill_params,
+    slice_keys,
+    slice_params,
+)
 from tickwork.store.sql.named import Statement, load_statements
 from tickwork.store.sql.reads import SqlReads, floor_us
 from tickwork.store.sql.reseal import ResealStatements, reseal_all
@@ -55,7 +63,7 @@ from tickwork.store.sqlite.connection import Connection, create_private, immedia
 
 T = TypeVar("T")
 
-SQL = load_statements("common", "sqlite", numbered=False)
+SQL = load_statements("common", "backfills", "sqlite", numbered=False)
 RESEAL = ResealStatements(
     job_page=SQL.job_secret_columns,
     reseal_job=SQL.reseal_job,
@@ -64,7 +72,7 @@ RESEAL = ResealStatements(
 )
 
 
-class SqliteStore(SqlReads):
+class SqliteStore(SqlReads, SqlBackfillReads):
     def __init__(
         self, path: str | Path, *, migrate: bool = True, keyring: Keyring | None = None
     ) -> None:
@@ -133,6 +141,7 @@ class SqliteStore(SqlReads):
         def delete(conn: sqlite3.Connection) -> int:
             conn.execute(SQL.delete_attempts_of_job.text, {"id": job_id})
             conn.execute(SQL.delete_runs_of_job.text, {"id": job_id})
+            conn.execute(SQL.delete_backfills_of_job.text, {"id": job_id})
             return conn.execute(SQL.delete_job.text, {"id": job_id}).rowcount
 
         deleted = await self._write(delete)
@@ -287,6 +296,45 @@ class SqliteStore(SqlReads):
             raise NotFound("job", job_id)
         self._watchers.notify("runs")
         return rows.run_from_row(row)
+
+    # -- backfills (the reads are SqlBackfillReads') -------------------------------------------
+    async def create_backfill(self, backfill: Backfill) -> Backfill:
+        params = backfill_params(backfill)
+        row = await self._write(
+            lambda conn: conn.execute(SQL.insert_backfill.text, params).fetchone()
+        )
+        return backfill_from_row(row)
+
+    async def advance_backfill(self, advance: BackfillSlice, *, now: datetime) -> int | None:
+        params = slice_params(advance, to_us(now))
+        params["one_at_a_time"] = int(advance.one_at_a_time)
+        runs = [
+            {"key": key, "at_us": to_us(at), "now": params["now"], "origin": params["origin"]}
+            for key, at in zip(slice_keys(advance), advance.occurrences, strict=True)
+        ]
+
+        def advance_(conn: sqlite3.Connection) -> int | None:
+            moved = conn.execute(SQL.advance_backfill.text, params).fetchone()
+            if moved is None:
+                return None
+            if moved["fence_token"] is None:
+                return 0  # the job is gone: nothing to run
+            ids = {"job_id": moved["job_id"], "fence": moved["fence_token"]}
+            return sum(conn.execute(SQL.insert_backfill_run.text, r | ids).rowcount for r in runs)
+
+        inserted = await self._write(advance_)
+        if inserted:
+            self._watchers.notify("runs")
+        return inserted
+
+    async def cancel_backfill(self, backfill_id: int, *, now: datetime) -> Backfill:
+        params = {"id": backfill_id, "now": to_us(now)}
+        row = await self._write(
+            lambda conn: conn.execute(SQL.cancel_backfill.text, params).fetchone()
+        )
+        if row is None:
+            return await self.get_backfill(backfill_id)  # NotFound, or finished already
+        return backfill_from_row(row)
 
     async def lease_runs(
         self,
