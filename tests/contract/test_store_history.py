@@ -12,7 +12,7 @@ import pytest
 from tickwork.domain.jobs import (
     JobState,
 )
-from tickwork.domain.runs import RunStatus
+from tickwork.domain.runs import AttemptStatus, RunState, RunStatus, run_state
 from tickwork.errors import NotFound
 from tickwork.store.base import ScheduleStore
 from tickwork.store.postgres import PostgresStore
@@ -130,3 +130,37 @@ async def test_unknown_runs_raise_not_found(store: ScheduleStore) -> None:
         await store.get_run(424242)
     with pytest.raises(NotFound):
         await store.list_attempts(424242)
+
+
+async def test_the_state_shown_follows_the_stored_run_through_its_life(
+    store: ScheduleStore,
+) -> None:
+    jobs = [make_job(n) for n in (1, 2)]
+    for job in jobs:
+        await store.create_job(job)
+    ok, bad = await store.claim_hand_off(
+        [plan_for(j, new_next=T0 + SEC) for j in jobs], owner="s", now=T0
+    )
+    later = T0 + 10 * SEC
+
+    async def states() -> list[RunState]:
+        return [run_state(await store.get_run(e.run_id), later) for e in (ok, bad)]
+
+    assert await states() == [RunState.PENDING, RunState.PENDING]  # handed off, not leased
+    fires = await store.lease_runs(now=T0, owner="w1", lease_until=T0 + 30 * SEC, limit=5)
+    assert await states() == [RunState.RUNNING, RunState.RUNNING]
+    by_run = {f.run_id: f for f in fires}
+    await store.finish_runs(
+        [outcome(by_run[ok.run_id]), outcome(by_run[bad.run_id], status=RunStatus.FAILED)]
+    )
+    assert await states() == [RunState.SUCCEEDED, RunState.DEAD_LETTERED]
+    await store.redrive([bad.run_id], now=T0 + 5 * SEC)
+    assert await states() == [RunState.SUCCEEDED, RunState.RETRYING]  # one more attempt due
+    [again] = await store.lease_runs(
+        now=T0 + 5 * SEC, owner="w2", lease_until=T0 + 30 * SEC, limit=5
+    )
+    await store.finish_runs([outcome(again, status=RunStatus.FAILED)])
+    await store.purge_dead_letters([bad.run_id])
+    assert await states() == [RunState.SUCCEEDED, RunState.FAILED]
+    statuses = [a.status for a in await store.list_attempts(bad.run_id)]
+    assert statuses == [AttemptStatus.FAILED, AttemptStatus.FAILED]  # a redrive is no lost lease

@@ -12,7 +12,15 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from tickwork.domain.retry import RetryPolicy
-from tickwork.domain.runs import Fire, RunStatus
+from tickwork.domain.runs import (
+    LOST_ERROR,
+    AttemptStatus,
+    Fire,
+    RunState,
+    RunStatus,
+    run_state,
+    unrecorded_lost_attempt,
+)
 from tickwork.store.base import ScheduleStore
 
 from .conftest import StoreFactory, open_store
@@ -178,16 +186,21 @@ async def test_a_run_is_leased_by_id_only_with_the_published_fence(store: Schedu
     plan = plan_for(job, new_next=T0 + SEC)
     [fire] = await store.claim_hand_off([plan], owner="s", now=T0)
     until = T0 + 30 * SEC
-    leased = await store.lease_run(fire.run_id, fire.fence_token, owner="w1", lease_until=until)
+    leased = await store.lease_run(
+        fire.run_id, fire.fence_token, owner="w1", lease_until=until, now=T0
+    )
     assert leased is not None
     assert (leased.attempt, leased.fence_token, leased.target) == (1, fire.fence_token + 1, TARGET)
     # the same envelope delivered twice: its fence has moved on
     assert (
-        await store.lease_run(fire.run_id, fire.fence_token, owner="w2", lease_until=until) is None
+        await store.lease_run(fire.run_id, fire.fence_token, owner="w2", lease_until=until, now=T0)
+        is None
     )
     assert await store.finish_runs([outcome(leased)]) == 1
     assert (
-        await store.lease_run(fire.run_id, leased.fence_token, owner="w2", lease_until=until)
+        await store.lease_run(
+            fire.run_id, leased.fence_token, owner="w2", lease_until=until, now=T0
+        )
         is None
     )
 
@@ -220,13 +233,15 @@ async def test_fires_carry_their_tenant_secrets_and_alert_from_every_lease(
     )
     # ... and the lease by id (a queue message) carries them as well.
     await store.finish_runs([outcome(again, status=RunStatus.PENDING, retry_at=T0)])
-    by_id = await store.lease_run(again.run_id, again.fence_token, owner="d", lease_until=T0 + SEC)
+    by_id = await store.lease_run(
+        again.run_id, again.fence_token, owner="d", lease_until=T0 + SEC, now=T0
+    )
     assert by_id is not None
     assert (by_id.tenant_secrets, by_id.on_failure) == ((SECRET_B,), ALERT)
     # ... and so does the batched lease of a queue consumer.
     await store.finish_runs([outcome(by_id, status=RunStatus.PENDING, retry_at=T0)])
     [batched] = await store.lease_fenced_runs(
-        [(by_id.run_id, by_id.fence_token)], owner="e", lease_until=T0 + SEC
+        [(by_id.run_id, by_id.fence_token)], owner="e", lease_until=T0 + SEC, now=T0
     )
     assert (batched.tenant_secrets, batched.on_failure) == ((SECRET_B,), ALERT)
 
@@ -250,12 +265,12 @@ async def test_a_batch_is_leased_by_fence_and_only_what_is_still_due_is_leased(
     until = T0 + 30 * SEC
     # `finished` ran to success already; its latest fence is the one a retry message would carry
     [done] = await store.lease_fenced_runs(
-        [(finished.run_id, finished.fence_token)], owner="w0", lease_until=until
+        [(finished.run_id, finished.fence_token)], owner="w0", lease_until=until, now=T0
     )
     assert await store.finish_runs([outcome(done)]) == 1
     # another worker took `superseded` meanwhile: the envelope's fence is stale
     [theirs] = await store.lease_fenced_runs(
-        [(superseded.run_id, superseded.fence_token)], owner="w2", lease_until=until
+        [(superseded.run_id, superseded.fence_token)], owner="w2", lease_until=until, now=T0
     )
 
     leased = await store.lease_fenced_runs(
@@ -269,6 +284,7 @@ async def test_a_batch_is_leased_by_fence_and_only_what_is_still_due_is_leased(
         ],
         owner="w1",
         lease_until=until,
+        now=T0,
     )
 
     assert sorted((f.run_id, f.attempt, f.fence_token, f.target) for f in leased) == [
@@ -293,13 +309,14 @@ async def test_an_owner_takes_back_its_live_leases_it_does_not_hold_at_their_fen
         [(f.run_id, f.fence_token) for f in (mine, held, finished, released)],
         owner="w1",
         lease_until=until,
+        now=T0,
     )
     by_id = {f.run_id: f for f in leased}
     await store.lease_fenced_runs(
-        [(expired.run_id, expired.fence_token)], owner="w1", lease_until=T0 + 5 * SEC
+        [(expired.run_id, expired.fence_token)], owner="w1", lease_until=T0 + 5 * SEC, now=T0
     )
     await store.lease_fenced_runs(
-        [(theirs.run_id, theirs.fence_token)], owner="w2", lease_until=until
+        [(theirs.run_id, theirs.fence_token)], owner="w2", lease_until=until, now=T0
     )
     assert await store.finish_runs([outcome(by_id[finished.run_id])]) == 1
     retry = outcome(by_id[released.run_id], status=RunStatus.PENDING, retry_at=T0 + 60 * SEC)
@@ -334,7 +351,10 @@ async def test_taking_back_own_leases_stops_at_the_limit_soonest_expiring_first(
     fires = await hand_off(store, 3)
     for n, fire in enumerate(fires):  # leases ending at +30 s, +20 s, +10 s
         await store.lease_fenced_runs(
-            [(fire.run_id, fire.fence_token)], owner="w1", lease_until=T0 + (30 - 10 * n) * SEC
+            [(fire.run_id, fire.fence_token)],
+            owner="w1",
+            lease_until=T0 + (30 - 10 * n) * SEC,
+            now=T0,
         )
     back = await store.take_back_own_leases(
         owner="w1", holding=[], now=T0, lease_until=T0 + 60 * SEC, limit=2
@@ -349,7 +369,7 @@ async def test_taking_back_own_leases_stops_at_the_limit_soonest_expiring_first(
 
 async def test_leasing_an_empty_batch_leases_nothing(store: ScheduleStore) -> None:
     await hand_off(store, 1)
-    assert await store.lease_fenced_runs([], owner="w1", lease_until=T0 + SEC) == []
+    assert await store.lease_fenced_runs([], owner="w1", lease_until=T0 + SEC, now=T0) == []
     assert await store.leasable_runs(T0) == 1
 
 
@@ -359,7 +379,7 @@ async def test_leasable_runs_counts_free_due_runs_only(store: ScheduleStore) -> 
     assert await store.leasable_runs(T0 + 5 * SEC) == 3
 
     [leased] = await store.lease_fenced_runs(
-        [(first.run_id, first.fence_token)], owner="w1", lease_until=T0 + 30 * SEC
+        [(first.run_id, first.fence_token)], owner="w1", lease_until=T0 + 30 * SEC, now=T0
     )
     assert await store.leasable_runs(T0 + 5 * SEC) == 2
     await store.finish_runs([outcome(leased)])
@@ -378,8 +398,8 @@ async def test_workers_leasing_overlapping_batches_each_get_a_run_at_most_once(
 
     # A redelivered batch reaches two workers, in opposite orders: no deadlock, no double lease.
     mine, theirs = await asyncio.gather(
-        one.lease_fenced_runs(pairs, owner="w1", lease_until=until),
-        other.lease_fenced_runs(pairs[::-1], owner="w2", lease_until=until),
+        one.lease_fenced_runs(pairs, owner="w1", lease_until=until, now=T0),
+        other.lease_fenced_runs(pairs[::-1], owner="w2", lease_until=until, now=T0),
     )
 
     mine_ids = {f.run_id for f in mine}
@@ -435,6 +455,7 @@ async def test_only_never_leased_hand_offs_wait_for_their_own_horizon(
             [(e.run_id, e.fence_token) for e in (released, redriven, once_leased)],
             owner="dead",
             lease_until=T0 + 2 * SEC,
+            now=T0,
         )
     }
     job = make_job(5)
@@ -483,9 +504,164 @@ async def test_next_lease_at_after_an_instant_skips_the_leases_that_end_by_then(
 ) -> None:
     _, late = await hand_off(store, 2)
     await store.lease_fenced_runs(
-        [(late.run_id, late.fence_token)], owner="w", lease_until=T0 + 7 * SEC
+        [(late.run_id, late.fence_token)], owner="w", lease_until=T0 + 7 * SEC, now=T0
     )
     assert await store.next_lease_at() == T0
     assert await store.next_lease_at(after=T0 - SEC) == T0
     assert await store.next_lease_at(after=T0) == T0 + 7 * SEC
     assert await store.next_lease_at(after=T0 + 7 * SEC) is None
+
+
+# -- what a lease records: the attempt's start, and the attempt it replaces when lost --------
+
+
+async def test_every_lease_records_its_instant_as_the_start_of_the_attempt(
+    store: ScheduleStore,
+) -> None:
+    a, b, c = await hand_off(store, 3)
+    until = T0 + 30 * SEC
+    by_id = await store.lease_run(
+        b.run_id, b.fence_token, owner="w2", lease_until=until, now=T0 + 3 * SEC
+    )
+    [batched] = await store.lease_fenced_runs(
+        [(c.run_id, c.fence_token)], owner="w3", lease_until=until, now=T0 + 4 * SEC
+    )
+    assert run_state(await store.get_run(a.run_id), T0 + 4 * SEC) is RunState.PENDING
+    [by_scan] = await store.lease_runs(now=T0 + 5 * SEC, owner="w1", lease_until=until, limit=5)
+    assert by_id is not None
+    assert by_scan.run_id == a.run_id  # the only one left
+    leased = [await store.get_run(f.run_id) for f in (by_id, batched, by_scan)]
+    assert [(r.started_at, r.lease_owner, r.lease_until, r.finished_at) for r in leased] == [
+        (T0 + 3 * SEC, "w2", until, None),
+        (T0 + 4 * SEC, "w3", until, None),
+        (T0 + 5 * SEC, "w1", until, None),
+    ]
+    assert [run_state(r, T0 + 6 * SEC) for r in leased] == [RunState.RUNNING] * 3
+
+
+async def test_a_retried_run_shows_the_attempt_in_progress_once_leased_again(
+    store: ScheduleStore,
+) -> None:
+    [sent] = await hand_off(store, 1)
+    [fire] = await store.lease_runs(now=T0, owner="w1", lease_until=T0 + 30 * SEC, limit=1)
+    retry_at = T0 + 10 * SEC
+    await store.finish_runs([outcome(fire, status=RunStatus.PENDING, retry_at=retry_at)])
+    waiting = await store.get_run(sent.run_id)
+    assert (waiting.lease_owner, waiting.lease_until, waiting.error) == (None, retry_at, "HTTP 503")
+    assert run_state(waiting, retry_at - SEC) is RunState.RETRYING
+    [again] = await store.lease_runs(now=retry_at, owner="w2", lease_until=T0 + 60 * SEC, limit=1)
+    running = await store.get_run(sent.run_id)
+    # The previous attempt's finish and result are gone from the run (its history keeps them);
+    # last_error still says why the run is on its second attempt.
+    assert (running.started_at, running.finished_at, running.http_status, running.error) == (
+        retry_at,
+        None,
+        None,
+        None,
+    )
+    assert (running.last_error, running.lease_owner) == ("HTTP 503", "w2")
+    assert run_state(running, retry_at) is RunState.RUNNING
+    # A released lease (the retry's outcome cleared its owner) leaves no lost attempt.
+    assert [a.status for a in await store.list_attempts(sent.run_id)] == [AttemptStatus.RETRIED]
+    assert again.attempt == 2
+
+
+async def test_an_expired_lease_leased_again_leaves_a_lost_attempt_before_the_next(
+    store: ScheduleStore,
+) -> None:
+    [sent] = await hand_off(store, 1)
+    [dead] = await store.lease_runs(now=T0 + SEC, owner="w-dead", lease_until=T0 + 6 * SEC, limit=1)
+    # Read after the lease expired and before anyone leased the run again: the lost attempt
+    # is shown from the run, not yet recorded.
+    expired = await store.get_run(sent.run_id)
+    assert run_state(expired, T0 + 7 * SEC) is RunState.RETRYING
+    assert await store.list_attempts(sent.run_id) == []
+    shown = unrecorded_lost_attempt(expired, T0 + 7 * SEC)
+    assert unrecorded_lost_attempt(expired, T0 + 5 * SEC) is None  # still live then
+
+    [again] = await store.lease_runs(
+        now=T0 + 7 * SEC, owner="w-live", lease_until=T0 + 12 * SEC, limit=1
+    )
+    assert (again.attempt, again.fence_token) == (2, dead.fence_token + 1)
+    [lost] = await store.list_attempts(sent.run_id)
+    assert (
+        lost.attempt,
+        lost.fence_token,
+        lost.worker,
+        lost.started_at,
+        lost.finished_at,
+        lost.status,
+        lost.http_status,
+        lost.error,
+    ) == (
+        1,
+        dead.fence_token,
+        "w-dead",
+        T0 + SEC,
+        T0 + 6 * SEC,
+        AttemptStatus.LOST,
+        None,
+        LOST_ERROR,
+    )
+    assert shown == replace(lost, id=0)  # what was shown is what was recorded
+
+    assert await store.finish_runs([outcome(dead)]) == 0  # the dead worker's fence moved on
+    assert await store.finish_runs([replace(outcome(again), worker="w-live")]) == 1
+    history = await store.list_attempts(sent.run_id)
+    assert [(a.attempt, a.status, a.worker) for a in history] == [
+        (1, AttemptStatus.LOST, "w-dead"),
+        (2, AttemptStatus.SUCCEEDED, "w-live"),
+    ]
+    done = await store.get_run(sent.run_id)
+    assert run_state(done, T0 + 99 * SEC) is RunState.SUCCEEDED
+    assert (done.lease_owner, done.lease_until) == (None, None)
+
+
+async def test_a_lost_attempt_is_recorded_by_every_lease_statement(store: ScheduleStore) -> None:
+    # In-process claims lease at the claim (no start recorded: the claim's instant is the
+    # run's creation); the lease by fence takes a run still owned by its previous lease.
+    job = make_job(1)
+    await store.create_job(job)
+    [claimed] = await claim(store, [plan_for(job, new_next=T0 + SEC)])  # node-a until T0 + 60 s
+    assert (await store.get_run(claimed.run_id)).started_at == T0
+    [by_scan] = await store.lease_runs(
+        now=T0 + 61 * SEC, owner="w1", lease_until=T0 + 70 * SEC, limit=1
+    )
+    by_fence = await store.lease_run(
+        by_scan.run_id,
+        by_scan.fence_token,
+        owner="w2",
+        lease_until=T0 + 90 * SEC,
+        now=T0 + 80 * SEC,
+    )
+    assert by_fence is not None
+    [batched] = await store.lease_fenced_runs(
+        [(by_fence.run_id, by_fence.fence_token)],
+        owner="w3",
+        lease_until=T0 + 200 * SEC,
+        now=T0 + 100 * SEC,
+    )
+    history = await store.list_attempts(claimed.run_id)
+    assert [(a.attempt, a.fence_token, a.worker, a.started_at, a.finished_at) for a in history] == [
+        (1, claimed.fence_token, "node-a", T0, T0 + 60 * SEC),
+        (2, by_scan.fence_token, "w1", T0 + 61 * SEC, T0 + 70 * SEC),
+        (3, by_fence.fence_token, "w2", T0 + 80 * SEC, T0 + 90 * SEC),
+    ]
+    assert {a.status for a in history} == {AttemptStatus.LOST}
+    assert batched.attempt == 4
+
+
+async def test_taking_back_own_leases_records_no_attempt_and_keeps_the_start(
+    store: ScheduleStore,
+) -> None:
+    [sent] = await hand_off(store, 1)
+    [fire] = await store.lease_fenced_runs(
+        [(sent.run_id, sent.fence_token)], owner="w1", lease_until=T0 + 30 * SEC, now=T0 + SEC
+    )
+    [back] = await store.take_back_own_leases(
+        owner="w1", holding=[], now=T0 + 10 * SEC, lease_until=T0 + 40 * SEC, limit=5
+    )
+    assert (back.run_id, back.fence_token, back.attempt) == (fire.run_id, fire.fence_token, 1)
+    run = await store.get_run(sent.run_id)
+    assert (run.started_at, run.lease_owner, run.lease_until) == (T0 + SEC, "w1", T0 + 40 * SEC)
+    assert await store.list_attempts(sent.run_id) == []

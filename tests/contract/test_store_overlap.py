@@ -238,9 +238,9 @@ async def test_cancel_previous_cancels_a_run_never_leased_without_an_attempt(
     assert (await store.get_run(first.run_id)).status is RunStatus.CANCELLED
     assert await store.list_attempts(first.run_id) == []
     assert await store.lease_fenced_runs([(first.run_id, first.fence_token)], owner="w",
-                                         lease_until=FAR) == []  # fmt: skip
+                                         lease_until=FAR, now=T0) == []  # fmt: skip
     [fire] = await store.lease_fenced_runs(
-        [(second.run_id, second.fence_token)], owner="w", lease_until=FAR
+        [(second.run_id, second.fence_token)], owner="w", lease_until=FAR, now=T0
     )
     assert fire.scheduled_for == T0 + SEC
 

@@ -623,11 +623,11 @@ class StoresAgree(RuleBasedStateMachine):
         pairs = self.fenced(data, self.some_keys(data, max_size=4))
         if data.draw(st.booleans(), label="repeat one"):
             pairs.append(pairs[0])  # a message delivered twice in one fetch
-        until = self.now + ttl_s * SEC
+        now, until = self.now, self.now + ttl_s * SEC
 
         def lease(name: str, store: ScheduleStore) -> Awaitable[list[Fire]]:
             leases = [(self.run_id(name, key), fence) for key, fence in pairs]
-            return store.lease_fenced_runs(leases, owner=owner, lease_until=until)
+            return store.lease_fenced_runs(leases, owner=owner, lease_until=until, now=now)
 
         self.agree(f"lease_fenced_runs({pairs})", self.each(lease), self.fire_view)
 

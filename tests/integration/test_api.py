@@ -441,9 +441,12 @@ async def test_trigger_returns_a_pending_manual_run(api: Api) -> None:
         "key": run["key"],
         "origin": "manual",
         "scheduled_for": "2026-01-15T12:00:03Z",
+        "state": "pending",  # waiting for its first attempt
         "status": "pending",
         "attempt": run["attempt"],
         "fence_token": run["fence_token"],
+        "worker": None,
+        "lease_until": "2026-01-15T12:00:03Z",  # leasable at once
         "coalesced": 0,
         "created_at": "2026-01-15T12:00:03Z",
         "started_at": None,
@@ -455,6 +458,65 @@ async def test_trigger_returns_a_pending_manual_run(api: Api) -> None:
         "claim_epoch": None,  # a manual run is not claimed by a scheduler
     }
     assert run["key"].startswith(job["id"])
+
+
+async def test_a_run_shows_running_then_its_lost_attempt_when_its_worker_dies(api: Api) -> None:
+    job = await create(api)
+    run_id = (await api.client.post(f"/v1/jobs/{job['id']}/trigger")).json()["id"]
+    api.clock.advance(timedelta(seconds=1))
+    start = api.clock.now()
+    [fire] = await api.store.lease_runs(
+        now=start, owner="host-a:41", lease_until=start + timedelta(seconds=5), limit=1
+    )
+
+    def shown(run: dict[str, Any]) -> tuple[Any, ...]:
+        return run["state"], run["status"], run["worker"], run["started_at"], run["lease_until"]
+
+    running = (await api.client.get(f"/v1/runs/{run_id}")).json()
+    assert shown(running) == (
+        "running",
+        "pending",
+        "host-a:41",
+        "2026-01-15T12:00:01Z",
+        "2026-01-15T12:00:06Z",
+    )
+    assert running["attempts"] == []
+    [listed] = (await api.client.get(f"/v1/jobs/{job['id']}/runs")).json()["runs"]
+    assert shown(listed) == shown(running)
+
+    # The worker dies: nothing renews its lease. Once it has ended, the attempt shows as lost
+    # although no other worker has leased the run yet.
+    api.clock.advance(timedelta(seconds=5))
+    expired = (await api.client.get(f"/v1/runs/{run_id}")).json()
+    assert shown(expired)[:3] == ("retrying", "pending", None)
+    lost = {
+        "attempt": 1,
+        "fence_token": fire.fence_token,
+        "worker": "host-a:41",
+        "started_at": "2026-01-15T12:00:01Z",
+        "finished_at": "2026-01-15T12:00:06Z",
+        "status": "lost",
+        "http_status": None,
+        "error": "lease expired: worker stopped heartbeating",
+    }
+    assert expired["attempts"] == [lost]
+
+    # Another worker leases it: the lost attempt is now in the history, once, and the new
+    # attempt is the run's.
+    api.clock.advance(timedelta(seconds=1))
+    [again] = await api.store.lease_runs(
+        now=api.clock.now(),
+        owner="host-b:7",
+        lease_until=api.clock.now() + timedelta(seconds=5),
+        limit=1,
+    )
+    rerun = (await api.client.get(f"/v1/runs/{run_id}")).json()
+    assert shown(rerun)[:4] == ("running", "pending", "host-b:7", "2026-01-15T12:00:07Z")
+    assert (rerun["attempt"], rerun["fence_token"], rerun["attempts"]) == (
+        2,
+        again.fence_token,
+        [lost],
+    )
 
 
 async def test_runs_are_listed_newest_first_with_pagination(api: Api) -> None:

@@ -23,7 +23,7 @@ import uvicorn
 from tickwork.api.app import create_app
 from tickwork.cli import run
 from tickwork.clock import ManualClock
-from tickwork.domain.runs import RunOutcome, RunStatus
+from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.settings import Settings
 from tickwork.store.memory import MemoryStore
 from tickwork.testing import mint_key
@@ -255,9 +255,45 @@ def test_runs_show_lists_the_attempts(cli: Any, server: Server, job_id: str) -> 
     assert httpx.get(f"{server.url}/v1/runs/{run_id}", headers=headers).json() == shown
     table = cli("runs", "show", str(run_id))
     assert table.code == 0
-    for text in ("failed (dead letter)", "2 attempt(s)", "retry", "worker-1", "HTTP 503"):
+    for text in ("dead_lettered", "2 attempt(s)", "retry", "worker-1", "HTTP 503"):
         assert text in table.out
     assert cli("dlq", "show", str(run_id)).out == table.out
+
+
+def test_runs_show_a_dead_workers_attempt_as_lost_and_the_next_as_running(
+    cli: Any, server: Server, job_id: str
+) -> None:
+    # Leased by a worker that died: its lease ended before the server's clock (NOW). Leased
+    # by id and fence, so that no other test's run is touched (the server is shared).
+    start = NOW - timedelta(seconds=20)
+
+    async def trigger_and_lease() -> Fire | None:
+        run = await server.store.add_manual_run(job_id, now=start)
+        until = start + timedelta(seconds=5)
+        return await server.store.lease_run(
+            run.id, run.fence_token, owner="host-a:41", lease_until=until, now=start
+        )
+
+    dead = asyncio.run(trigger_and_lease())
+    assert dead is not None
+    run_id = dead.run_id
+    shown = cli("runs", "show", str(run_id))
+    for text in ("retrying", "1 attempt(s)", "lost", "host-a:41", "worker stopped heartbeating"):
+        assert text in shown.out, text
+    assert "retrying" in cli("jobs", "runs", job_id).out
+
+    # Another worker takes it over: the run is running there, after the lost attempt.
+    until = NOW + timedelta(minutes=1)
+    taken = asyncio.run(
+        server.store.lease_run(
+            run_id, dead.fence_token, owner="host-b:7", lease_until=until, now=NOW
+        )
+    )
+    assert taken is not None
+    detail = cli("runs", "show", str(run_id), "--json").json()
+    assert (detail["state"], detail["worker"], detail["attempt"]) == ("running", "host-b:7", 2)
+    assert [(a["status"], a["worker"]) for a in detail["attempts"]] == [("lost", "host-a:41")]
+    assert "running on host-b:7" in cli("jobs", "runs", job_id).out
 
 
 def test_dlq_list_pages_and_filters_by_job(cli: Any, server: Server, job_id: str) -> None:

@@ -6,7 +6,9 @@ Redis between them. A burst of one-shot webhook jobs due at the same instant goe
 receiver that holds every first request open, so every fire is in flight at once. Then the
 worker holding the most fires is killed (SIGKILL) or frozen (SIGSTOP): its leases stop being
 renewed, run out after at most a lease TTL, and the other worker's store leaser takes the runs
-(ADR 0016). A frozen worker that wakes up afterwards finds its outcomes rejected by the fence.
+(ADR 0016), recording each dead lease in the history as a lost attempt, which the API shows
+before the survivor's. A frozen worker that wakes up afterwards finds its outcomes rejected by
+the fence.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import time
 from collections import Counter
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
+
+from tickwork.worker.lease_timing import DEFAULT_LEASE_TTL_MS
 
 from ..support.proc import UpProcess
 from ..support.receiver import Receiver
@@ -78,6 +83,7 @@ async def test_a_dead_workers_fires_run_elsewhere_within_10_s_and_apply_once(
                 victim.proc.send_signal(signal.SIGCONT)
                 await stale_outcomes(victim, len(victim_keys))
             ledger = await attempts(pg_dsn)
+            histories = await histories_of(api, pg_dsn, victim_keys)
     finally:
         await receiver.stop()
 
@@ -90,10 +96,32 @@ async def test_a_dead_workers_fires_run_elsewhere_within_10_s_and_apply_once(
     assert max(delivered.values()) == 2
     # Exactly one applied outcome per occurrence: the survivor's, at attempt 2 for the
     # victim's runs (their second lease), at attempt 1 for its own.
-    assert Counter(key for key, *_ in ledger) == Counter(delivered.keys())
-    assert {key: (worker, attempt, status) for key, worker, attempt, status in ledger} == {
+    applied = [(key, *rest) for key, *rest in ledger if rest[-1] != "lost"]
+    assert Counter(key for key, *_ in applied) == Counter(delivered.keys())
+    assert {key: (worker, attempt, status) for key, worker, attempt, status in applied} == {
         key: (survivor_id, 2 if key in victim_keys else 1, "succeeded") for key in delivered
     }
+    # The victim's attempts stay in the history, as lost: one per run it held, recorded by
+    # the survivor's lease.
+    lost = [(key, worker, attempt) for key, worker, attempt, status in ledger if status == "lost"]
+    assert sorted(lost) == sorted((key, victim_id, 1) for key in victim_keys)
+    # As the API shows them: the lost attempt (the victim's lease, from its start to its end),
+    # then the survivor's, at the next fence.
+    for key, run in histories.items():
+        first, second = run["attempts"]
+        assert (run["state"], run["status"], run["worker"]) == ("succeeded", "succeeded", None), key
+        assert (first["status"], first["worker"], first["attempt"]) == ("lost", victim_id, 1)
+        assert first["error"] == "lease expired: worker stopped heartbeating"
+        # It ran from its lease until the lease ended unrenewed: at least a lease TTL less the
+        # look-ahead with which the victim leased it (its leaser's `now` is 200 ms ahead).
+        lasted = instant(first["finished_at"]) - instant(first["started_at"])
+        assert lasted >= timedelta(milliseconds=DEFAULT_LEASE_TTL_MS - 200), (key, lasted)
+        assert (second["status"], second["worker"], second["attempt"]) == (
+            "succeeded",
+            survivor_id,
+            2,
+        )
+        assert second["fence_token"] == first["fence_token"] + 1
 
 
 async def burst(api: UpProcess, receiver: Receiver) -> None:
@@ -132,6 +160,25 @@ async def keys_leased_to(dsn: str, owner: str) -> set[str]:
     finally:
         await conn.close()
     return {r["key"] for r in found}
+
+
+def instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def histories_of(api: UpProcess, dsn: str, keys: set[str]) -> dict[str, Any]:
+    """GET /v1/runs/{id} of the runs of these occurrence keys, by key."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        found = await conn.fetch("SELECT key, id FROM tw_runs WHERE key = ANY($1)", list(keys))
+    finally:
+        await conn.close()
+    shown = {}
+    for row in found:
+        response = await api.call("GET", f"/v1/runs/{row['id']}")
+        assert response.status_code == 200, response.text
+        shown[row["key"]] = response.json()
+    return shown
 
 
 async def all_succeeded(dsn: str) -> None:

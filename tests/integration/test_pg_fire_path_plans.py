@@ -140,6 +140,7 @@ async def test_a_batch_reads_about_as_many_runs_as_it_writes(pg_dsn: str) -> Non
                 fences=fences,
                 owner="w",
                 lease_until=lease_until,
+                now=now_us,
             ),
             # Outcomes at the runs' fences as they are now (unleased): the compare-and-set
             # applies, as it does for a worker's current lease.
@@ -173,6 +174,7 @@ async def test_the_lease_stops_after_its_batch_and_passes_over_hand_offs_in_flig
             [(e.run_id, e.fence_token) for e in expired],
             owner="dead",
             lease_until=from_us(now_us - 1),
+            now=from_us(now_us - 5_000_000),
         )
     finally:
         await store.close()

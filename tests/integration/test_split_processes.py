@@ -116,16 +116,20 @@ async def test_a_frozen_worker_cannot_record_a_second_outcome(
             receiver.release("/frozen")
             zombie.proc.send_signal(signal.SIGCONT)
             [run] = (await api.call("GET", f"/v1/jobs/{job['id']}/runs")).json()["runs"]
-            assert await no_attempt_recorded(store, run["id"])
+            # The history holds the zombie's attempt as lost (recorded by the takeover's lease),
+            # and nothing more: not its outcome.
+            assert await only_lost_attempt_recorded(store, run["id"])
             receiver.release("/frozen")  # now the live worker's request answers
             [run] = await wait_for_status(api, job["id"], "succeeded")
             attempts = await store.list_attempts(run["id"])
         finally:
             await store.close()
         await zombie.stop()
-    assert [a.status.value for a in attempts] == ["succeeded"]  # one outcome, the live worker's
-    assert attempts[0].fence_token == run["fence_token"]
-    assert attempts[0].attempt == 2
+    # One outcome, the live worker's, after the zombie's lost attempt.
+    assert [a.status.value for a in attempts] == ["lost", "succeeded"]
+    assert attempts[1].fence_token == run["fence_token"] == attempts[0].fence_token + 1
+    assert [a.attempt for a in attempts] == [1, 2]
+    assert attempts[0].worker != attempts[1].worker
 
 
 async def wait_for_status(api: UpProcess, job_id: str, status: str) -> list[dict]:  # type: ignore[type-arg]
@@ -137,10 +141,10 @@ async def wait_for_status(api: UpProcess, job_id: str, status: str) -> list[dict
             await asyncio.sleep(0.05)  # polling another process's store
 
 
-async def no_attempt_recorded(store: PostgresStore, run_id: int) -> bool:
+async def only_lost_attempt_recorded(store: PostgresStore, run_id: int) -> bool:
     """Give the woken zombie time to try its write (it flushes within ~20 ms of waking)."""
     await asyncio.sleep(1.0)  # proving a negative: nothing may appear in this window
-    return await store.list_attempts(run_id) == []
+    return [a.status.value for a in await store.list_attempts(run_id)] == ["lost"]
 
 
 @pytest.fixture(params=["nats", "redis"])

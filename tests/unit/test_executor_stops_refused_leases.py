@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from tickwork.clock import ManualClock
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, OverlapPolicy, Schedule, WebhookTarget
-from tickwork.domain.runs import Fire, RunStatus
+from tickwork.domain.runs import AttemptStatus, Fire, RunStatus
 from tickwork.scheduler.planning import plan_claim
 from tickwork.store.memory import MemoryStore
 from tickwork.worker.base import Attempt
@@ -73,7 +73,7 @@ async def test_a_running_fire_whose_run_was_cancelled_is_stopped_without_an_outc
     assert not executor.holds(first.run_id)
     # No outcome was written: the cancelled attempt is the only one.
     [attempt] = await store.list_attempts(first.run_id)
-    assert attempt.status is RunStatus.CANCELLED
+    assert attempt.status is AttemptStatus.CANCELLED
     assert (await store.get_run(second.run_id)).status is RunStatus.PENDING
 
 

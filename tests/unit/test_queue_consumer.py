@@ -33,10 +33,17 @@ class CountingStore(MemoryStore):
         self.lease_calls = 0
 
     async def lease_fenced_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+        self,
+        leases: Sequence[tuple[int, int]],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
     ) -> list[Fire]:
         self.lease_calls += 1
-        return await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until)
+        return await super().lease_fenced_runs(
+            leases, owner=owner, lease_until=lease_until, now=now
+        )
 
 
 class Submitted:
@@ -151,13 +158,20 @@ class LostReplyStore(CountingStore):
         self.commit = commit
 
     async def lease_fenced_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+        self,
+        leases: Sequence[tuple[int, int]],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
     ) -> list[Fire]:
         if not self.fail_next:
-            return await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until)
+            return await super().lease_fenced_runs(
+                leases, owner=owner, lease_until=lease_until, now=now
+            )
         self.fail_next = False
         if self.commit:
-            await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until)
+            await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until, now=now)
         raise StoreError("connection lost")
 
 
@@ -190,7 +204,7 @@ async def test_settling_never_takes_back_a_lease_someone_else_holds() -> None:
         await worker.run_once(timeout_s=0)
     # Meanwhile another worker leased the run (its backstop, or a redelivery).
     [theirs] = await store.lease_fenced_runs(
-        [(sent.run_id, sent.fence_token)], owner="w2", lease_until=T0 + 30 * S
+        [(sent.run_id, sent.fence_token)], owner="w2", lease_until=T0 + 30 * S, now=T0
     )
     assert await worker.run_once(timeout_s=0) == 0
     assert sink.fires == []
@@ -223,12 +237,19 @@ class LeaseWaitsForFetch(CountingStore):
         self.stop = stop
 
     async def lease_fenced_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+        self,
+        leases: Sequence[tuple[int, int]],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
     ) -> list[Fire]:
         if self.lease_calls == 0:
             await self.queue.second_fetch.wait()
             self.stop.set()
-        return await super().lease_fenced_runs(leases, owner=owner, lease_until=lease_until)
+        return await super().lease_fenced_runs(
+            leases, owner=owner, lease_until=lease_until, now=now
+        )
 
 
 async def test_the_next_batch_is_fetched_while_one_is_leased_and_given_back_at_shutdown() -> None:

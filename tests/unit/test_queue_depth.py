@@ -47,5 +47,6 @@ async def test_with_the_table_queue_the_gauge_counts_runs_leasable_now() -> None
         [(f.run_id, f.fence_token) for f in fires],
         owner="w",
         lease_until=T0 + timedelta(seconds=60),
+        now=T0,
     )
     assert await sampler.run_once() == 0

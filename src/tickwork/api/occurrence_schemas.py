@@ -116,7 +116,7 @@ class ExplainOut(_Output):
     attempts: list[AttemptOut] = Field(description="the run's attempts, oldest first")
 
     @classmethod
-    def of(cls, found: Explanation) -> ExplainOut:
+    def of(cls, found: Explanation, now: datetime) -> ExplainOut:
         job, entry, schedule = found.job, found.entry, found.job.schedule
         ranged = entry is not None and entry.last is not None
         dst = None
@@ -145,7 +145,7 @@ class ExplainOut(_Output):
             overlap=schedule.overlap.value,
             misfire=schedule.misfire.value,
             misfire_grace=format_duration_ms(schedule.misfire_grace_ms),
-            run=None if found.run is None else RunOut.of(found.run),
+            run=None if found.run is None else RunOut.of(found.run, now),
             attempts=[AttemptOut.of(a) for a in found.attempts],
         )
 

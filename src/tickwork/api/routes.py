@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
@@ -295,14 +295,15 @@ async def explain_occurrence(
     """What happened, or will happen, to the job's occurrence at or after `at`, and why."""
     job = job_for(who, await ctx.jobs.get(job_id))
     when = ctx.clock.now() if at is None else at
-    return ExplainOut.of(await OccurrenceService(ctx.store, ctx.clock).explain(job, when))
+    found = await OccurrenceService(ctx.store, ctx.clock).explain(job, when)
+    return ExplainOut.of(found, ctx.clock.now())
 
 
 @v1.post("/jobs/{job_id}/trigger", status_code=202, tags=["jobs"])
 async def trigger_job(ctx: Ctx, who: Writer, job_id: str) -> RunOut:
     """Fire once now, outside the schedule; returns the pending run."""
     job_for(who, await ctx.jobs.get(job_id))
-    return RunOut.of(await ctx.jobs.trigger(job_id))
+    return RunOut.of(await ctx.jobs.trigger(job_id), ctx.clock.now())
 
 
 @v1.get("/jobs/{job_id}/runs", tags=["runs"])
@@ -312,7 +313,7 @@ async def list_runs(
     """Runs newest first, one page at a time."""
     job_for(who, await ctx.jobs.get(job_id))
     runs = await ctx.jobs.runs(job_id, limit=limit + 1, before_id=before)
-    page, next_before = _page(runs, limit)
+    page, next_before = _page(runs, limit, ctx.clock.now())
     return RunList(runs=page, next_before=next_before)
 
 
@@ -337,7 +338,7 @@ async def list_dead_letters(
     runs = await ctx.dead_letters.list(
         limit=limit + 1, before_id=before, job_id=job_id, tenant=tenant_scope(who, None)
     )
-    page, next_before = _page(runs, limit)
+    page, next_before = _page(runs, limit, ctx.clock.now())
     return DeadLetterList(dead_letters=page, next_before=next_before)
 
 
@@ -432,10 +433,11 @@ async def _check_run(ctx: ApiContext, who: Principal, run_id: int) -> None:
         raise NotDeadLettered(run_id) from None
 
 
-def _page(runs: list[Run], limit: int) -> tuple[list[RunOut], int | None]:
-    """A page of `limit` runs from `limit + 1` fetched, and the id to continue before."""
+def _page(runs: list[Run], limit: int, now: datetime) -> tuple[list[RunOut], int | None]:
+    """A page of `limit` runs from `limit + 1` fetched, as shown at `now`, and the id to
+    continue before."""
     next_before = runs[limit - 1].id if len(runs) > limit else None
-    return [RunOut.of(r) for r in runs[:limit]], next_before
+    return [RunOut.of(r, now) for r in runs[:limit]], next_before
 
 
 @v1.get("/preview", tags=["preview"])

@@ -49,7 +49,15 @@ from tickwork.domain.jobs import (
 )
 from tickwork.domain.masking import MASK, mask_headers, mask_url
 from tickwork.domain.retry import RetryPolicy
-from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
+from tickwork.domain.runs import (
+    AttemptRecord,
+    AttemptStatus,
+    Run,
+    RunOrigin,
+    RunState,
+    RunStatus,
+    run_state,
+)
 from tickwork.errors import InvalidInput
 from tickwork.services.jobs import KEEP, JobPatch, JobSpec, Keep, RunDetail, ScheduleChange
 from tickwork.services.rules import (
@@ -963,9 +971,21 @@ class RunOut(_Output):
     key: str = Field(description="idempotency key: the same for every attempt of an occurrence")
     origin: RunOrigin
     scheduled_for: InstantOut
-    status: RunStatus
+    state: RunState = Field(
+        description="what the run is doing now: pending, running, retrying, succeeded, "
+        "failed, dead_lettered or cancelled (read this one)"
+    )
+    status: RunStatus = Field(
+        description="the stored status, kept for compatibility: pending covers pending, "
+        "running and retrying"
+    )
     attempt: int
     fence_token: int
+    worker: str | None = Field(description="the node id of the worker holding it, while running")
+    lease_until: InstantOut | None = Field(
+        description="running: when its lease ends unless renewed; pending or retrying: from "
+        "when a worker may lease it; null once finished"
+    )
     coalesced: int
     created_at: InstantOut
     started_at: InstantOut | None
@@ -981,20 +1001,25 @@ class RunOut(_Output):
     )
 
     @classmethod
-    def of(cls, run: Run) -> RunOut:
-        return cls(**cls._fields_of(run))
+    def of(cls, run: Run, now: datetime) -> RunOut:
+        """The run as shown at `now` (its state depends on whether its lease is still live)."""
+        return cls(**cls._fields_of(run, now))
 
     @staticmethod
-    def _fields_of(run: Run) -> dict[str, Any]:
+    def _fields_of(run: Run, now: datetime) -> dict[str, Any]:
+        state = run_state(run, now)
         return dict(
             id=run.id,
             job_id=run.job_id,
             key=run.key,
             origin=run.origin,
             scheduled_for=utc_iso(run.scheduled_for),
+            state=state,
             status=run.status,
             attempt=run.attempt,
             fence_token=run.fence_token,
+            worker=run.lease_owner if state is RunState.RUNNING else None,
+            lease_until=_iso(run.lease_until),
             coalesced=run.coalesced,
             created_at=utc_iso(run.created_at),
             started_at=_iso(run.started_at),
@@ -1012,12 +1037,13 @@ class RunList(_Output):
     next_before: int | None = Field(description="pass as ?before= for older runs; null: done")
 
 
-AttemptStatus = Literal["succeeded", "failed", "retry", "cancelled"]
-_ATTEMPT_STATUS: dict[RunStatus, AttemptStatus] = {
-    RunStatus.SUCCEEDED: "succeeded",
-    RunStatus.FAILED: "failed",
-    RunStatus.CANCELLED: "cancelled",  # overlap cancel_previous stopped it
-    RunStatus.PENDING: "retry",  # the attempt failed and another one was scheduled
+AttemptStatusOut = Literal["succeeded", "failed", "retry", "lost", "cancelled"]
+_ATTEMPT_STATUS: dict[AttemptStatus, AttemptStatusOut] = {
+    AttemptStatus.SUCCEEDED: "succeeded",
+    AttemptStatus.FAILED: "failed",
+    AttemptStatus.RETRIED: "retry",  # the attempt failed and another one was scheduled
+    AttemptStatus.LOST: "lost",  # its worker stopped heartbeating; another attempt follows
+    AttemptStatus.CANCELLED: "cancelled",  # overlap cancel_previous stopped it
 }
 
 
@@ -1027,7 +1053,10 @@ class AttemptOut(_Output):
     worker: str | None
     started_at: InstantOut
     finished_at: InstantOut
-    status: AttemptStatus = Field(description="retry: failed, and another attempt followed")
+    status: AttemptStatusOut = Field(
+        description="retry: failed, and another attempt followed; lost: its worker stopped "
+        "heartbeating and its lease expired without an outcome"
+    )
     http_status: int | None
     error: str | None
 
@@ -1051,7 +1080,7 @@ class RunDetailOut(RunOut):
     @classmethod
     def of_detail(cls, detail: RunDetail) -> RunDetailOut:
         attempts = [AttemptOut.of(a) for a in detail.attempts]
-        return cls(**cls._fields_of(detail.run), attempts=attempts)
+        return cls(**cls._fields_of(detail.run, detail.as_of), attempts=attempts)
 
 
 class DeadLetterList(_Output):

@@ -200,8 +200,10 @@ def _detail_table(title: str, rows: Mapping[str, str]) -> Table:
 # -- runs and dead letters --------------------------------------------------------------------
 
 
-def _status_text(run: Mapping[str, Any]) -> str:
-    return f"{run['status']} (dead letter)" if run.get("dead_lettered_at") else run["status"]
+def _run_state_text(run: Mapping[str, Any]) -> str:
+    """The run's state (the API's `state`), with the worker holding it while it runs."""
+    state = str(run["state"])
+    return f"{state} on {run['worker']}" if run.get("worker") else state
 
 
 def _result_text(run: Mapping[str, Any]) -> str:
@@ -211,15 +213,15 @@ def _result_text(run: Mapping[str, Any]) -> str:
 
 def runs_table(runs: Sequence[Mapping[str, Any]], *, title: str) -> Table:
     table = Table(title=title)
-    for column in ("run", "scheduled for", "origin", "status", "attempt", "started", "finished"):
-        table.add_column(column, no_wrap=column in ("run", "status"))
+    for column in ("run", "scheduled for", "origin", "state", "attempt", "started", "finished"):
+        table.add_column(column, no_wrap=column in ("run", "state"))
     table.add_column("result", overflow="fold")
     for r in runs:
         table.add_row(
             str(r["id"]),
             r["scheduled_for"],
             r["origin"],
-            _status_text(r),
+            _run_state_text(r),
             str(r["attempt"]),
             r["started_at"] or "-",
             r["finished_at"] or "-",
@@ -252,9 +254,12 @@ def run_detail(run: Mapping[str, Any]) -> Group:
         "key": run["key"],
         "origin": run["origin"],
         "scheduled for": run["scheduled_for"],
-        "status": _status_text(run),
+        "state": run["state"],
+        "worker": run["worker"] or "-",
         "attempt": str(run["attempt"]),
         "fence token": str(run["fence_token"]),
+        # A running run's lease ends then unless renewed; a waiting one may be leased from then.
+        ("lease until" if run["worker"] else "leasable from"): run["lease_until"] or "-",
         "created": run["created_at"],
         "started": run["started_at"] or "-",
         "finished": run["finished_at"] or "-",

@@ -16,6 +16,9 @@ from tickwork.domain.retry import RetryPolicy
 
 
 class RunStatus(StrEnum):
+    """What tw_runs.status stores. A leased run stays PENDING (the lease index and every lease
+    statement select on it); what a reader is shown is `RunState`, derived by `run_state`."""
+
     PENDING = "pending"  # claimed, waiting for (or in) execution, or for its next retry
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # terminal: a non-retryable failure or the last attempt; dead-lettered
@@ -32,6 +35,33 @@ class RunOrigin(StrEnum):
 
 
 TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class RunState(StrEnum):
+    """A run's state as the API, the CLI and the docs show it: derived on read from the stored
+    status, the lease and the clock (`run_state`), never stored."""
+
+    PENDING = "pending"  # claimed, not leased yet: waiting for its instant or its first attempt
+    RUNNING = "running"  # leased by a live lease: a worker holds it
+    RETRYING = "retrying"  # an attempt ended without success; waiting for the next one
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # failed for good and no longer in the dead-letter queue (purged)
+    DEAD_LETTERED = "dead_lettered"  # failed for good, in the dead-letter queue
+    CANCELLED = "cancelled"
+
+
+class AttemptStatus(StrEnum):
+    """How one attempt ended, as tw_attempts.status stores it."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the last attempt of a dead-lettered run
+    RETRIED = "pending"  # failed, and the run was released for another attempt
+    LOST = "lost"  # its worker stopped heartbeating: the lease expired without an outcome
+    CANCELLED = "cancelled"  # overlap cancel_previous stopped its run
+
+
+# The error a lost attempt is recorded with (the lease statements write the same words).
+LOST_ERROR = "lease expired: worker stopped heartbeating"
 
 
 def occurrence_key(
@@ -159,7 +189,7 @@ class AttemptRecord:
     worker: str | None
     started_at: datetime
     finished_at: datetime
-    status: RunStatus  # PENDING here means "failed, retried later"
+    status: AttemptStatus
     http_status: int | None
     error: str | None
 
@@ -185,3 +215,69 @@ class Run:
     # The epoch of the job's partition lease when the run was claimed (ADR 0015); None for a
     # manual run, and for runs claimed before partitions existed.
     claim_epoch: int | None = None
+    # Who holds the run's lease and until when. An owner is set from a lease until an outcome
+    # clears it, so an owner whose lease has ended means its attempt was lost. While the run
+    # is pending and unowned, `lease_until` is the instant from which a worker may lease it;
+    # None once it finished.
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+
+
+def run_state(run: Run, now: datetime) -> RunState:
+    """The state a reader is shown for `run` at `now` (pure: the stored status, the lease and
+    the attempt number decide).
+
+    A pending run is RUNNING while a live lease holds it; unleased, it is RETRYING once an
+    attempt has been made (a retry waiting out its backoff, a lost attempt, a redriven dead
+    letter) and PENDING before its first one. A FAILED run is DEAD_LETTERED while it is in
+    the dead-letter queue.
+    """
+    match run.status:
+        case RunStatus.SUCCEEDED:
+            return RunState.SUCCEEDED
+        case RunStatus.CANCELLED:
+            return RunState.CANCELLED
+        case RunStatus.FAILED:
+            return RunState.FAILED if run.dead_lettered_at is None else RunState.DEAD_LETTERED
+    if leased_at(run, now):
+        return RunState.RUNNING
+    return RunState.RETRYING if run.attempt >= 1 else RunState.PENDING
+
+
+def leased_at(run: Run, now: datetime) -> bool:
+    """Whether a live lease holds the pending `run` at `now`."""
+    return (
+        run.status is RunStatus.PENDING
+        and run.lease_owner is not None
+        and run.lease_until is not None
+        and run.lease_until > now
+    )
+
+
+def lost_attempt(run: Run) -> AttemptRecord | None:
+    """The attempt of the lease that holds `run`, as the history records it once that lease
+    has ended without an outcome (the stores do when they lease the run again): status LOST,
+    from the lease's start to its end, by its owner. None when no lease holds the run (not
+    pending, or released). Its id is 0: it is not a stored row."""
+    if run.status is not RunStatus.PENDING or run.lease_owner is None or run.lease_until is None:
+        return None
+    return AttemptRecord(
+        id=0,
+        run_id=run.id,
+        job_id=run.job_id,
+        attempt=run.attempt,
+        fence_token=run.fence_token,
+        worker=run.lease_owner,
+        started_at=run.created_at if run.started_at is None else run.started_at,
+        finished_at=run.lease_until,
+        status=AttemptStatus.LOST,
+        http_status=None,
+        error=LOST_ERROR,
+    )
+
+
+def unrecorded_lost_attempt(run: Run, now: datetime) -> AttemptRecord | None:
+    """The lost attempt of a run whose lease has expired by `now` without an outcome, before
+    any worker leased it again (which records it): shown with the history, not stored. None
+    while the lease is live, or when there is none."""
+    return None if leased_at(run, now) else lost_attempt(run)

@@ -27,7 +27,7 @@ from tickwork.domain.jobs import AlertTarget, Job, JobState, Schedule, Target, W
 from tickwork.domain.masking import restore_headers, restore_url
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.retry import RetryPolicy
-from tickwork.domain.runs import AttemptRecord, Run
+from tickwork.domain.runs import AttemptRecord, Run, unrecorded_lost_attempt
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, InvalidInput, StaleJob
 from tickwork.services.rules import (
@@ -102,10 +102,12 @@ class JobPatch:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunDetail:
-    """A run with its attempt history, oldest attempt first."""
+    """A run with its attempt history, oldest attempt first, as of one instant (its state and
+    a lost attempt not recorded yet depend on whether its lease is live)."""
 
     run: Run
     attempts: list[AttemptRecord]
+    as_of: datetime
 
 
 class JobService:
@@ -220,9 +222,16 @@ class JobService:
         return await self._store.list_runs(job_id, limit=limit, before_id=before_id)
 
     async def run(self, run_id: int) -> RunDetail:
-        """One run and its attempts. Raises NotFound."""
+        """One run and its attempts, as of now: when a lease holding it has expired and no
+        worker has leased it again yet, its lost attempt (which that lease will record) is
+        shown last. Raises NotFound."""
         run = await self._store.get_run(run_id)
-        return RunDetail(run=run, attempts=await self._store.list_attempts(run_id))
+        attempts = await self._store.list_attempts(run_id)
+        now = self._clock.now()
+        lost = unrecorded_lost_attempt(run, now)
+        return RunDetail(
+            run=run, attempts=attempts if lost is None else [*attempts, lost], as_of=now
+        )
 
 
 def _job_urls(target: Target, alert: AlertTarget | None) -> list[tuple[str, str]]:

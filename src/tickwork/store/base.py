@@ -457,25 +457,39 @@ class LeaseStore(Protocol):
 
         Each run leased gets fence + 1, attempt + 1, `owner` and `lease_until`, atomically: two
         workers leasing at once never get the same run. Returns them as fires (job target,
-        retry policy, alert and the tenant's secrets as of this statement)."""
+        retry policy, alert and the tenant's secrets as of this statement).
+
+        Every lease (this one, `lease_run`, `lease_fenced_runs`) also starts the run's attempt:
+        its started_at becomes `now` and its finished_at, http_status and error of a previous
+        attempt are cleared (last_error stays). A run still owned by its previous lease (an
+        outcome clears the owner: that lease expired unfinished, its worker died or froze)
+        gets that attempt appended to the history in the same statement or transaction:
+        status "lost", the old attempt number, fence and owner (as the worker), started at the
+        old lease's start and finished at its end, error `LOST_ERROR`."""
         ...
 
     async def lease_run(
-        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime, now: datetime
     ) -> Fire | None:
-        """Lease one pending run whose fence is still `fence_token` (fence + 1, attempt + 1);
-        None when it finished, is unknown, or another lease superseded that fence (a duplicate
+        """Lease one pending run whose fence is still `fence_token` (fence + 1, attempt + 1,
+        its attempt starting at `now`, a lost attempt recorded as by `lease_runs`); None when
+        it finished, is unknown, or another lease superseded that fence (a duplicate
         message)."""
         ...
 
     async def lease_fenced_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+        self,
+        leases: Sequence[tuple[int, int]],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
     ) -> list[Fire]:
         """`lease_run` for a whole batch of (run_id, fence_token) pairs, the envelopes a worker
         fetched from an external queue, in one statement or transaction: each pair whose run
-        is still pending at that fence is leased (fence + 1, attempt + 1). Pairs that lease
-        nothing (finished, superseded, unknown, or repeated within the batch) are left out;
-        order is not kept."""
+        is still pending at that fence is leased (fence + 1, attempt + 1, started at `now`).
+        Pairs that lease nothing (finished, superseded, unknown, or repeated within the batch)
+        are left out; order is not kept."""
         ...
 
     async def take_back_own_leases(
@@ -497,6 +511,7 @@ class LeaseStore(Protocol):
         so an outcome written at that fence applies. A run whose lease expired (any worker may
         lease it anew, at a new fence), went to another owner or finished is never returned.
         It trusts `owner` to name one live process, as node ids do (host:pid by default).
+        Nothing is added to the history and started_at stays: it is the same lease, renewed.
         """
         ...
 
@@ -554,7 +569,7 @@ class HistoryStore(Protocol):
         ...
 
     async def get_run(self, run_id: int) -> Run:
-        """One run as it is now. Raises NotFound."""
+        """One run as it is now, with its lease (owner and end). Raises NotFound."""
         ...
 
     async def runs_scheduled_between(
@@ -573,8 +588,9 @@ class HistoryStore(Protocol):
         ...
 
     async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
-        """Every recorded attempt of a run (one per applied outcome), oldest first. Raises
-        NotFound if the run does not exist."""
+        """Every recorded attempt of a run (one per applied outcome, and one per lost lease),
+        by attempt number, in the order recorded within one. Raises NotFound if the run does
+        not exist."""
         ...
 
     async def list_dead_letters(

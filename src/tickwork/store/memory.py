@@ -34,12 +34,14 @@ from tickwork.domain.partitions import (
 )
 from tickwork.domain.runs import (
     AttemptRecord,
+    AttemptStatus,
     Envelope,
     Fire,
     Run,
     RunOrigin,
     RunOutcome,
     RunStatus,
+    lost_attempt,
     manual_key,
     occurrence_key,
 )
@@ -405,7 +407,7 @@ class MemoryStore:
                         worker=holder,
                         started_at=now,
                         finished_at=now,
-                        status=RunStatus.CANCELLED,
+                        status=AttemptStatus.CANCELLED,
                         http_status=None,
                         error=CANCELLED_BY_OVERLAP,
                     )
@@ -513,7 +515,7 @@ class MemoryStore:
         assert run is not None  # a manual key is unique
         self._leases[run.id] = (None, now)
         self._watchers.notify("runs")
-        return run
+        return self._view(run)
 
     # -- backfills ---------------------------------------------------------------------------
     async def create_backfill(self, backfill: Backfill) -> Backfill:
@@ -598,35 +600,53 @@ class MemoryStore:
             if until <= now
             and (until <= hand_offs_by or not _never_leased(self._runs[run_id], until))
         ][:limit]
-        fires = []
-        for run_id in expired:
-            run = self._runs[run_id]
-            run = replace(run, fence_token=run.fence_token + 1, attempt=run.attempt + 1)
-            self._runs[run_id] = run
-            self._leases[run_id] = (owner, lease_until)
-            fires.append(self._fire(run, self._jobs[run.job_id], lease_until))
-        return fires
+        return [self._lease(run_id, owner, lease_until, now) for run_id in expired]
 
     async def lease_run(
-        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime, now: datetime
     ) -> Fire | None:
         run = self._runs.get(run_id)
         if run is None or run.status is not RunStatus.PENDING or run.fence_token != fence_token:
             return None
-        run = replace(run, fence_token=run.fence_token + 1, attempt=run.attempt + 1)
-        self._runs[run_id] = run
-        self._leases[run_id] = (owner, lease_until)
-        return self._fire(run, self._jobs[run.job_id], lease_until)
+        return self._lease(run_id, owner, lease_until, now)
 
     async def lease_fenced_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+        self,
+        leases: Sequence[tuple[int, int]],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
     ) -> list[Fire]:
         fires = []
         for run_id, fence in leases:  # a repeated pair finds the fence already moved
-            fire = await self.lease_run(run_id, fence, owner=owner, lease_until=lease_until)
+            fire = await self.lease_run(
+                run_id, fence, owner=owner, lease_until=lease_until, now=now
+            )
             if fire is not None:
                 fires.append(fire)
         return fires
+
+    def _lease(self, run_id: int, owner: str, lease_until: datetime, now: datetime) -> Fire:
+        """Lease the pending run `run_id` (the SQL stores' lease statements): its previous
+        lease, if one is still recorded, expired unfinished and goes to the history as lost."""
+        lost = lost_attempt(self._view(self._runs[run_id]))
+        if lost is not None:
+            self._attempts.append(replace(lost, id=self._next_attempt_id))
+            self._next_attempt_id += 1
+        run = self._runs[run_id]
+        run = replace(
+            run,
+            fence_token=run.fence_token + 1,
+            attempt=run.attempt + 1,
+            started_at=now,
+            finished_at=None,
+            http_status=None,
+            error=None,
+        )
+        self._runs[run_id] = run
+        self._leases[run_id] = (owner, lease_until)
+        return self._fire(run, self._jobs[run.job_id], lease_until)
 
     async def take_back_own_leases(
         self,
@@ -864,11 +884,11 @@ class MemoryStore:
             if r.job_id == job_id and (before_id is None or r.id < before_id)
         ]
         runs.sort(key=lambda r: r.id, reverse=True)
-        return runs[:limit]
+        return [self._view(r) for r in runs[:limit]]
 
     async def get_run(self, run_id: int) -> Run:
         try:
-            return self._runs[run_id]
+            return self._view(self._runs[run_id])
         except KeyError:
             raise NotFound("run", str(run_id)) from None
 
@@ -879,7 +899,7 @@ class MemoryStore:
             r for r in self._runs.values() if r.job_id == job_id and start <= r.scheduled_for <= end
         ]
         runs.sort(key=lambda r: (r.scheduled_for, r.id))
-        return runs[:limit]
+        return [self._view(r) for r in runs[:limit]]
 
     async def list_occurrences(
         self, job_id: str, start: datetime, end: datetime, *, limit: int
@@ -910,7 +930,7 @@ class MemoryStore:
             and (job_id is None or r.job_id == job_id)
             and (tenant is None or self._jobs[r.job_id].tenant == tenant)
         ]
-        return sorted(dead, key=lambda r: r.id, reverse=True)[:limit]
+        return [self._view(r) for r in sorted(dead, key=lambda r: r.id, reverse=True)[:limit]]
 
     async def redrive(self, run_ids: Sequence[int] | None, *, now: datetime) -> int:
         chosen = self._dead(run_ids)
@@ -971,6 +991,14 @@ class MemoryStore:
         return StoreStats(jobs_by_state=by_state, runs_pending=len(self._leases))
 
     # -- helpers ----------------------------------------------------------------------------
+    def _view(self, run: Run) -> Run:
+        """`run` with its lease, as the SQL stores read it (kept apart in `_leases` here)."""
+        owner, until = self._leases.get(run.id, (None, None))
+        started = run.started_at
+        if started is None and owner is not None:
+            started = run.created_at  # leased at its claim, which inserted it at that instant
+        return replace(run, lease_owner=owner, lease_until=until, started_at=started)
+
     def _fire(self, run: Run, job: Job, lease_until: datetime) -> Fire:
         tenant = self._tenants.get(job.tenant)
         return Fire(
@@ -1059,7 +1087,7 @@ def _attempt_record(ident: int, outcome: RunOutcome) -> AttemptRecord:
         worker=outcome.worker,
         started_at=outcome.started_at,
         finished_at=outcome.finished_at,
-        status=outcome.status,
+        status=AttemptStatus(outcome.status.value),
         http_status=outcome.http_status,
         error=outcome.error,
     )

@@ -76,13 +76,14 @@ class QueueConsumer:
         return received
 
     async def _lease(self, received: list[Received]) -> int:
-        until = self._clock.now() + self._lease_ttl
+        now = self._clock.now()
+        until = now + self._lease_ttl
         # One statement (one commit) for the whole batch; a message whose run is done or whose
         # fence moved on (a duplicate, a superseded attempt) leases nothing and is acked below.
         leases = [(m.envelope.run_id, m.envelope.fence_token) for m in received]
         try:
             fires = await self._store.lease_fenced_runs(
-                leases, owner=self._node_id, lease_until=until
+                leases, owner=self._node_id, lease_until=until, now=now
             )
         except Exception:
             self._uncertain = received
@@ -110,7 +111,9 @@ class QueueConsumer:
             for m in received
             if m.envelope.run_id not in taken and not self._executor.holds(m.envelope.run_id)
         ]
-        fires = await self._store.lease_fenced_runs(rest, owner=self._node_id, lease_until=until)
+        fires = await self._store.lease_fenced_runs(
+            rest, owner=self._node_id, lease_until=until, now=now
+        )
         self._uncertain = []
         return await self._start(received, [*ours, *fires])
 

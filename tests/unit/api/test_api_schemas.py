@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pydantic import ValidationError
@@ -31,7 +31,7 @@ from tickwork.domain.jobs import (
     WebhookTarget,
 )
 from tickwork.domain.retry import RetryPolicy
-from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
+from tickwork.domain.runs import AttemptRecord, AttemptStatus, Run, RunOrigin, RunStatus
 from tickwork.errors import InvalidInput
 from tickwork.services.jobs import JobPatch, RunDetail
 from tickwork.services.rules import ANCHOR_AT_ACCEPT
@@ -217,7 +217,7 @@ def _run(**changes: object) -> Run:
     return replace(run, **changes)  # type: ignore[arg-type]
 
 
-def _attempt(status: RunStatus) -> AttemptRecord:
+def _attempt(status: AttemptStatus) -> AttemptRecord:
     return AttemptRecord(
         id=1,
         run_id=7,
@@ -234,27 +234,51 @@ def _attempt(status: RunStatus) -> AttemptRecord:
 
 
 def test_run_out_has_the_dead_letter_fields() -> None:
-    out = RunOut.of(_run()).model_dump()
+    out = RunOut.of(_run(), T0).model_dump()
     assert (out["dead_lettered_at"], out["last_error"]) == ("2026-01-15T12:00:00.005Z", "HTTP 500")
-    assert RunOut.of(_run(dead_lettered_at=None)).model_dump()["dead_lettered_at"] is None
+    assert (out["state"], out["status"]) == ("dead_lettered", "failed")
+    purged = RunOut.of(_run(dead_lettered_at=None), T0).model_dump()
+    assert (purged["dead_lettered_at"], purged["state"]) == (None, "failed")
+
+
+def test_a_leased_run_shows_running_with_its_worker_until_its_lease_ends() -> None:
+    leased = _run(
+        status=RunStatus.PENDING,
+        dead_lettered_at=None,
+        finished_at=None,
+        lease_owner="host-a:42",
+        lease_until=T0 + timedelta(seconds=5),
+    )
+    fields = ("state", "status", "worker", "lease_until", "started_at")
+    running = RunOut.of(leased, T0 + timedelta(seconds=4)).model_dump()
+    assert [running[f] for f in fields] == [
+        "running",
+        "pending",
+        "host-a:42",
+        "2026-01-15T12:00:05Z",
+        "2026-01-15T12:00:00Z",
+    ]
+    expired = RunOut.of(leased, T0 + timedelta(seconds=5)).model_dump()
+    assert [expired[f] for f in fields[:3]] == ["retrying", "pending", None]
 
 
 @pytest.mark.parametrize(
     ("status", "shown"),
     [
-        (RunStatus.PENDING, "retry"),
-        (RunStatus.FAILED, "failed"),
-        (RunStatus.SUCCEEDED, "succeeded"),
+        (AttemptStatus.RETRIED, "retry"),
+        (AttemptStatus.FAILED, "failed"),
+        (AttemptStatus.SUCCEEDED, "succeeded"),
+        (AttemptStatus.LOST, "lost"),
     ],
 )
-def test_attempt_status_says_retry_for_a_retried_attempt(status: RunStatus, shown: str) -> None:
+def test_attempt_status_says_retry_for_a_retried_attempt(status: AttemptStatus, shown: str) -> None:
     assert AttemptOut.of(_attempt(status)).status == shown
 
 
 def test_run_detail_is_the_run_plus_its_attempts() -> None:
-    detail = RunDetail(run=_run(), attempts=[_attempt(RunStatus.PENDING)])
+    detail = RunDetail(run=_run(), attempts=[_attempt(AttemptStatus.RETRIED)], as_of=T0)
     out = RunDetailOut.of_detail(detail).model_dump()
-    assert {k: v for k, v in out.items() if k != "attempts"} == RunOut.of(_run()).model_dump()
+    assert {k: v for k, v in out.items() if k != "attempts"} == RunOut.of(_run(), T0).model_dump()
     assert out["attempts"] == [
         {
             "attempt": 1,

@@ -467,18 +467,35 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
     async def lease_run(
-        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime, now: datetime
     ) -> Fire | None:
-        values = {"id": run_id, "fence": fence_token, "owner": owner}
-        found = await self._fetch(
-            self._sql.lease_run, values | {"lease_until": to_us(lease_until)}, "leasing"
+        # The batch statement with one pair: one definition of a lease by fence.
+        found = await self.lease_fenced_runs(
+            [(run_id, fence_token)], owner=owner, lease_until=lease_until, now=now
         )
-        return None if not found else rows.fire_from_row(found[0], lease_until, self._columns)
+        return found[0] if found else None
 
     async def lease_fenced_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+        self,
+        leases: Sequence[tuple[int, int]],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
     ) -> list[Fire]:
-        return await self._by_fence(self._sql.lease_fenced_runs, leases, owner, lease_until)
+        if not leases:
+            return []
+        # A pair repeated in the batch would join its row twice; one lease is all it may get.
+        unique = distinct_leases(leases)
+        values = {
+            "ids": [run_id for run_id, _ in unique],
+            "fences": [fence for _, fence in unique],
+            "owner": owner,
+            "lease_until": to_us(lease_until),
+            "now": to_us(now),
+        }
+        found = await self._fetch(self._sql.lease_fenced_runs, values, "leasing by fence")
+        return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
     async def take_back_own_leases(
         self,
@@ -497,27 +514,6 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             "limit": limit,
         }
         found = await self._fetch(self._sql.take_back_own_leases, values, "taking back leases")
-        return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
-
-    async def _by_fence(
-        self,
-        statement: Statement,
-        leases: Sequence[tuple[int, int]],
-        owner: str,
-        lease_until: datetime,
-    ) -> list[Fire]:
-        """Run an (:ids, :fences, :owner, :lease_until) statement returning fires."""
-        if not leases:
-            return []
-        # A pair repeated in the batch would join its row twice; one lease is all it may get.
-        unique = distinct_leases(leases)
-        values = {
-            "ids": [run_id for run_id, _ in unique],
-            "fences": [fence for _, fence in unique],
-            "owner": owner,
-            "lease_until": to_us(lease_until),
-        }
-        found = await self._fetch(statement, values, "leasing by fence")
         return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
     async def extend_leases(

@@ -18,7 +18,8 @@ misfire_grace_ms, overlap, max_runs, dst_gap, dst_repeat
 -- fragment: run_columns
 -- Every column of tw_runs that rows.run_from_row reads.
 id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, created_us,
-started_us, finished_us, http_status, error, dead_lettered_us, last_error, claim_epoch
+started_us, finished_us, http_status, error, dead_lettered_us, last_error, claim_epoch,
+lease_owner, lease_until_us
 
 -- fragment: attempt_columns
 -- Every column of tw_attempts (rows.attempt_from_row).
@@ -119,13 +120,25 @@ WHERE dead_lettered_us IS NOT NULL
        OR job_id IN (SELECT id FROM tw_jobs WHERE tenant = :tenant))
 ORDER BY id DESC LIMIT :limit
 
--- name: lease_run
--- Lease one pending run if its fence is still the one the envelope carried (fence + 1).
--- A redelivered or superseded envelope finds the fence moved and leases nothing.
-UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
-    lease_owner = :owner, lease_until_us = :lease_until
-WHERE id = :id AND fence_token = :fence AND status = 'pending'
-RETURNING {fire_returning}
+-- fragment: attempt_start
+-- What every lease sets besides the fence, the attempt, the owner and the lease's end: the
+-- attempt it starts began at the lease's instant (:now), and the previous attempt's finish and
+-- result are cleared, so a leased run shows the attempt in progress (last_error keeps the
+-- previous one's error). The row is rewritten for the lease anyway, and none of these columns
+-- is in an index that holds pending runs: they cost nothing more.
+started_us = :now, finished_us = NULL, http_status = NULL, error = NULL
+
+-- fragment: insert_lost_attempts
+-- Append to the history the attempt of each lease that ended without an outcome (its worker
+-- stopped heartbeating), from a run's columns as they were before it is leased again: a
+-- statement adds the FROM of such rows, whose lease_owner is set (an outcome clears it, so an
+-- owner still recorded at a new lease is a lease that expired unfinished). The attempt ran
+-- from its lease (a run leased at its claim has no started_us: the claim inserted it at that
+-- instant) until its lease's end. Its error is domain/runs.py's LOST_ERROR.
+INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
+                         status, http_status, error)
+SELECT id, job_id, attempt, fence_token, lease_owner, coalesce(started_us, created_us),
+       lease_until_us, 'lost', NULL, 'lease expired: worker stopped heartbeating'
 
 -- name: next_lease
 -- The earliest instant at which some pending run's lease is, or becomes, free (of those

@@ -279,24 +279,36 @@ r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.ret
 
 -- name: lease_runs
 -- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
--- soonest first (fence + 1, attempt + 1), skipping rows another worker is leasing. A hand-off
--- never leased (attempt 0, origin 'schedule') must also be free by :hand_offs_by: behind an
--- external queue that is earlier, as its message may still be on its way. Both bounds are one
--- range of tw_runs_pending in lease_until_us order; the second is a filter on the rows it
--- reads. On the table queue the two are equal and the filter passes every row; behind a queue
--- it skips the hand-offs whose messages are in flight (ADR 0016). A run that buffer_one held
--- back was never published: released, its lease end is no longer its instant, and it is
--- leased at once.
-UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
-    lease_owner = :owner, lease_until_us = :lease_until
-FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
-WHERE r.id = ANY(ARRAY(
-        SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-          AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-               OR lease_until_us <> scheduled_us)
-        ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED))
-  AND j.id = r.job_id
-RETURNING {fire_join_returning}
+-- soonest first (fence + 1, attempt + 1, the attempt starting at :now), skipping rows another
+-- worker is leasing. A hand-off never leased (attempt 0, origin 'schedule') must also be free
+-- by :hand_offs_by: behind an external queue that is earlier, as its message may still be on
+-- its way. Both bounds are one range of tw_runs_pending in lease_until_us order; the second is
+-- a filter on the rows it reads. On the table queue the two are equal and the filter passes
+-- every row; behind a queue it skips the hand-offs whose messages are in flight (ADR 0016). A
+-- run that buffer_one held back was never published: released, its lease end is no longer its
+-- instant, and it is leased at once.
+-- `picked` keeps the chosen rows as they were before the lease, so `lost` appends the attempt
+-- of each one whose previous lease expired unfinished (its owner still set) in this statement;
+-- on the usual lease it inserts nothing.
+WITH picked AS (
+    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
+    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> scheduled_us)
+    ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED
+),
+leased AS (
+    UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
+        lease_owner = :owner, lease_until_us = :lease_until, {attempt_start}
+    FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND j.id = r.job_id
+    RETURNING {fire_join_returning}
+),
+lost AS (
+    {insert_lost_attempts}
+    FROM picked WHERE lease_owner IS NOT NULL AND id IN (SELECT id FROM leased)
+)
+SELECT * FROM leased
 
 -- fragment: locked_by_fence
 -- `locked`: the runs named by the CTE `pairs` (id, fence) that are still pending at that
@@ -307,25 +319,37 @@ RETURNING {fire_join_returning}
 -- are walked in id order, so two workers locking overlapping batches (a redelivered message)
 -- queue behind each other instead of deadlocking; a waiter re-checks the fence on the row's
 -- new version and finds it moved. Statements that use it update
--- `id = ANY(ARRAY(SELECT id FROM locked))` with no second check: the rows are locked.
+-- `id = ANY(ARRAY(SELECT id FROM locked))` with no second check: the rows are locked. Each
+-- row keeps the lease columns it had when locked (the lease records a lost attempt from them).
 locked AS (
-    SELECT r.id FROM (SELECT * FROM pairs ORDER BY id) w CROSS JOIN LATERAL (
-        SELECT id FROM tw_runs
+    SELECT r.* FROM (SELECT * FROM pairs ORDER BY id) w CROSS JOIN LATERAL (
+        SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us,
+               lease_until_us
+        FROM tw_runs
         WHERE id = w.id AND fence_token = w.fence AND status = 'pending'
         LIMIT 1 FOR UPDATE
     ) r
 )
 
 -- name: lease_fenced_runs
--- Lease the runs of a batch of envelopes fetched from an external queue: the same
--- compare-and-set on the fence as lease_run, for (:ids, :fences) pairs in one statement.
+-- Lease the runs of a batch of envelopes fetched from an external queue (or one run, for
+-- lease_run): each run of the (:ids, :fences) pairs still pending at that fence gets fence + 1,
+-- attempt + 1 and its attempt starting at :now, in one statement; `lost` appends the attempt
+-- of a previous lease that expired unfinished, as lease_runs does.
 WITH pairs AS (SELECT * FROM unnest(:ids::bigint[], :fences::bigint[]) AS p(id, fence)),
-{locked_by_fence}
-UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
-    lease_owner = :owner, lease_until_us = :lease_until
-FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
-WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
-RETURNING {fire_join_returning}
+{locked_by_fence},
+leased AS (
+    UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
+        lease_owner = :owner, lease_until_us = :lease_until, {attempt_start}
+    FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+    WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
+    RETURNING {fire_join_returning}
+),
+lost AS (
+    {insert_lost_attempts}
+    FROM locked WHERE lease_owner IS NOT NULL AND id IN (SELECT id FROM leased)
+)
+SELECT * FROM leased
 
 -- name: take_back_own_leases
 -- Take back the live leases of ours that a lost lease_runs reply left behind (those not in

@@ -32,6 +32,7 @@ from tickwork.domain.partitions import DueHead, Node, PartitionLease, partition_
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import (
     AttemptRecord,
+    AttemptStatus,
     Envelope,
     Fire,
     Run,
@@ -358,6 +359,11 @@ def node_params(node: NodeAnnouncement, ttl_ms: int) -> dict[str, Any]:
 
 
 def run_from_row(row: Row) -> Run:
+    started_us = row["started_us"]
+    if started_us is None and row["lease_owner"] is not None:
+        # Leased at its claim (an in-process fire), which sets no started_us: the claim
+        # inserted the run at the lease's instant.
+        started_us = row["created_us"]
     return Run(
         id=row["id"],
         job_id=row["job_id"],
@@ -369,13 +375,15 @@ def run_from_row(row: Row) -> Run:
         fence_token=row["fence_token"],
         coalesced=row["coalesced"],
         created_at=from_us(row["created_us"]),
-        started_at=dt_or_none(row["started_us"]),
+        started_at=dt_or_none(started_us),
         finished_at=dt_or_none(row["finished_us"]),
         http_status=row["http_status"],
         error=row["error"],
         dead_lettered_at=dt_or_none(row["dead_lettered_us"]),
         last_error=row["last_error"],
         claim_epoch=row["claim_epoch"],
+        lease_owner=row["lease_owner"],
+        lease_until=dt_or_none(row["lease_until_us"]),
     )
 
 
@@ -389,7 +397,7 @@ def attempt_from_row(row: Row) -> AttemptRecord:
         worker=row["worker"],
         started_at=from_us(row["started_us"]),
         finished_at=from_us(row["finished_us"]),
-        status=RunStatus(row["status"]),
+        status=AttemptStatus(row["status"]),
         http_status=row["http_status"],
         error=row["error"],
     )

@@ -157,17 +157,44 @@ RETURNING id AS run_id, job_id, attempt, fence_token - 1 AS fence, lease_owner A
 UPDATE tw_runs SET lease_until_us = :finished_us
 WHERE key = :key AND status = 'pending' AND lease_until_us = :held
 
+-- name: runs_to_lease
+-- The table queue's dequeue, its first half: up to :limit pending runs whose lease is free by
+-- :now, soonest first; a hand-off never leased (attempt 0, origin 'schedule', its lease end
+-- still its instant: not a released buffer_one run) must also be free by :hand_offs_by
+-- (postgres.sql says why). Read in the lease's transaction, so nothing
+-- changes them before lease_runs leases them; `lease_owner` says which were leased before
+-- (SQLite's RETURNING shows only the new values, so the lost attempts are read here).
+SELECT id, fence_token, lease_owner FROM tw_runs
+WHERE status = 'pending' AND lease_until_us <= :now
+  AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+       OR lease_until_us <> scheduled_us)
+ORDER BY lease_until_us LIMIT :limit
+
 -- name: lease_runs
--- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
--- soonest first (fence + 1, attempt + 1); a hand-off never leased (attempt 0, origin
--- 'schedule', its lease end still its instant: not a released buffer_one run) must also be
--- free by :hand_offs_by (postgres.sql says why).
+-- The dequeue's second half: lease the runs runs_to_lease chose (:ids, a JSON list): fence + 1,
+-- attempt + 1, the attempt starting at :now.
 UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
-    lease_owner = :owner, lease_until_us = :lease_until
-WHERE id IN (SELECT id FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-               AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-                    OR lease_until_us <> scheduled_us)
-             ORDER BY lease_until_us LIMIT :limit)
+    lease_owner = :owner, lease_until_us = :lease_until, {attempt_start}
+WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING {fire_returning}
+
+-- name: record_lost_leases
+-- Before runs are leased again: the lost attempts of those whose lease (:pairs, a JSON list
+-- of [id, fence]) is still at that fence and held by an owner that gave no outcome. Each run
+-- is one primary-key lookup.
+{insert_lost_attempts}
+FROM (SELECT json_extract(value, '$[0]') AS run, json_extract(value, '$[1]') AS fence
+      FROM json_each(:pairs)) w
+JOIN tw_runs ON tw_runs.id = w.run AND tw_runs.fence_token = w.fence
+WHERE tw_runs.status = 'pending' AND tw_runs.lease_owner IS NOT NULL
+
+-- name: lease_run
+-- Lease one pending run if its fence is still the one the envelope carried (fence + 1), the
+-- attempt starting at :now. A redelivered or superseded envelope finds the fence moved and
+-- leases nothing. (record_lost_leases runs first, in the same transaction.)
+UPDATE tw_runs SET fence_token = fence_token + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until_us = :lease_until, {attempt_start}
+WHERE id = :id AND fence_token = :fence AND status = 'pending'
 RETURNING {fire_returning}
 
 -- name: take_back_own_leases

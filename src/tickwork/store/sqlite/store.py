@@ -362,46 +362,61 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         limit: int,
         hand_offs_by: datetime | None = None,
     ) -> list[Fire]:
-        params = {
-            "owner": owner,
-            "lease_until": to_us(lease_until),
+        chosen = {
             "now": to_us(now),
             "hand_offs_by": to_us(now if hand_offs_by is None else hand_offs_by),
             "limit": limit,
         }
-        leased = await self._write(
-            lambda conn: conn.execute(SQL.lease_runs.text, params).fetchall()
-        )
+        lease = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
+
+        def lease_batch(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            # Two statements in one BEGIN IMMEDIATE transaction (nothing else writes between
+            # them): choose the runs, record the lost attempts of those leased before, lease.
+            runs = conn.execute(SQL.runs_to_lease.text, chosen).fetchall()
+            if not runs:
+                return []
+            _record_lost(conn, [(r["id"], r["fence_token"]) for r in runs if r["lease_owner"]])
+            ids = json.dumps([r["id"] for r in runs])
+            return conn.execute(SQL.lease_runs.text, {**lease, "ids": ids}).fetchall()
+
+        leased = await self._write(lease_batch)
         return [rows.fire_from_row(r, lease_until, self._columns) for r in leased]
 
     async def lease_run(
-        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime
+        self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime, now: datetime
     ) -> Fire | None:
-        params = {"id": run_id, "fence": fence_token, "owner": owner}
-        params["lease_until"] = to_us(lease_until)
-        found = await self._write(lambda conn: conn.execute(SQL.lease_run.text, params).fetchone())
-        return None if found is None else rows.fire_from_row(found, lease_until, self._columns)
+        found = await self._by_fence([(run_id, fence_token)], owner, lease_until, now)
+        return found[0] if found else None
 
     async def lease_fenced_runs(
-        self, leases: Sequence[tuple[int, int]], *, owner: str, lease_until: datetime
+        self,
+        leases: Sequence[tuple[int, int]],
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
     ) -> list[Fire]:
-        return await self._by_fence(SQL.lease_run.text, leases, owner, lease_until)
+        return await self._by_fence(leases, owner, lease_until, now)
 
     async def _by_fence(
-        self, statement: str, leases: Sequence[tuple[int, int]], owner: str, lease_until: datetime
+        self,
+        leases: Sequence[tuple[int, int]],
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
     ) -> list[Fire]:
-        """Run a per-run (:id, :fence, :owner, :lease_until) statement for every distinct pair,
-        in one BEGIN IMMEDIATE transaction: one commit (one fsync) for the whole batch."""
+        """Lease every distinct (run, fence) pair with lease_run, in one BEGIN IMMEDIATE
+        transaction (one commit, one fsync, for the whole batch), after one statement that
+        records the lost attempts of the runs among them that were leased before."""
         if not leases:
             return []
-        until = to_us(lease_until)
-        params = [
-            {"id": run_id, "fence": fence, "owner": owner, "lease_until": until}
-            for run_id, fence in distinct_leases(leases)
-        ]
+        pairs = distinct_leases(leases)
+        common = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
+        params = [{**common, "id": run_id, "fence": fence} for run_id, fence in pairs]
 
         def each(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-            found = (conn.execute(statement, p).fetchone() for p in params)
+            _record_lost(conn, pairs)
+            found = (conn.execute(SQL.lease_run.text, p).fetchone() for p in params)
             return [row for row in found if row is not None]
 
         return [rows.fire_from_row(r, lease_until, self._columns) for r in await self._write(each)]
@@ -596,6 +611,14 @@ def _id_list(ids: Collection[int] | None) -> str | None:
 def _lease_view(found: Sequence[sqlite3.Row]) -> LeaseView:
     now = from_us(found[0]["now_us"]) if found else datetime.now(UTC)
     return LeaseView(now=now, leases=tuple(rows.lease_from_row(r) for r in found))
+
+
+def _record_lost(conn: sqlite3.Connection, pairs: Sequence[tuple[int, int]]) -> None:
+    """Append the lost attempts of the (run, fence) pairs about to be leased whose previous
+    lease ended without an outcome (its owner still recorded); before the lease, which
+    overwrites the owner and the start."""
+    if pairs:
+        conn.execute(SQL.record_lost_leases.text, {"pairs": json.dumps(pairs)})
 
 
 def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> tuple[list[int], int]:
