@@ -385,7 +385,9 @@ async def _run_times(url: str) -> tuple[list[asyncpg.Record], int]:
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         runs = await conn.fetch("SELECT scheduled_us, started_us, finished_us, status FROM tw_runs")
-        reruns = await conn.fetchval("SELECT count(*) - count(DISTINCT run_id) FROM tw_attempts")
+        reruns = await conn.fetchval(
+            "SELECT count(*) - count(DISTINCT run_id) FROM tw_attempts WHERE status <> 'lost'"
+        )
     finally:
         await conn.close()
     return list(runs), int(reruns)

@@ -153,7 +153,9 @@ async def _burst(env: Env, cfg: ScalingConfig, tree: Tree, n: int) -> dict[str, 
             "SELECT scheduled_us, created_us, started_us, finished_us, status FROM tw_runs"
         ))  # fmt: skip
         reruns = int(
-            await conn.fetchval("SELECT count(*) - count(DISTINCT run_id) FROM tw_attempts")
+            await conn.fetchval(
+                "SELECT count(*) - count(DISTINCT run_id) FROM tw_attempts WHERE status <> 'lost'"
+            )
         )
     finally:
         await stop_all(roles)

@@ -256,7 +256,8 @@ async def _runs(conn: asyncpg.Connection) -> list[asyncpg.Record]:
     return list(
         await conn.fetch(
             "SELECT r.job_id, r.scheduled_us, r.created_us, r.started_us, r.status, r.coalesced,"
-            " (SELECT count(*) FROM tw_attempts a WHERE a.run_id = r.id) AS attempts"
+            " (SELECT count(*) FROM tw_attempts a WHERE a.run_id = r.id AND a.status <> 'lost')"
+            " AS attempts"
             " FROM tw_runs r WHERE r.origin = 'schedule'"
         )
     )
