@@ -221,3 +221,14 @@ async def test_another_tenants_job_is_not_found(api: Api) -> None:
     reader = await mint_key(api.store, role="tenant-read", tenant="acme", clock=api.clock)
     async with api.client_with(reader) as client:
         assert (await client.get(f"/v1/jobs/{job['id']}/explain")).status_code == 200
+
+
+async def test_the_default_window_is_the_last_day_and_the_coming_hour(api: Api) -> None:
+    # NOW is 12:00; an hourly job, read 30 hours later (18:00 the next day).
+    job = await create(api, schedule={"cron": "0 * * * *"})
+    api.clock.advance(timedelta(hours=30))
+    listed = (await occurrences(api, job["id"]))["occurrences"]
+    instants = [entry["at"] for entry in listed]
+    # From 19:00 (the day before 19:00 today, the end being now + 1 hour) to 19:00 today.
+    assert instants[0] == "2026-01-15T19:00:00Z"
+    assert instants[-1] == "2026-01-16T19:00:00Z"

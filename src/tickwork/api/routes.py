@@ -269,7 +269,7 @@ async def job_occurrences(
         QueryInstant | None, Query(alias="from", description="default: `to` minus 1 day")
     ] = None,
     end: Annotated[
-        QueryInstant | None, Query(alias="to", description="default: now + 1 day")
+        QueryInstant | None, Query(alias="to", description="default: now + 1 hour")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_ENTRIES)] = 100,
 ) -> OccurrenceList:
@@ -277,7 +277,7 @@ async def job_occurrences(
     fired (its run), skipped, coalesced, paused, scheduled...; a ledger range of alike
     occurrences is one entry (`count`, `last`); manual and backfill runs are listed too."""
     job = job_for(who, await ctx.jobs.get(job_id))
-    end = ctx.clock.now() + timedelta(days=1) if end is None else end
+    end = ctx.clock.now() + timedelta(hours=1) if end is None else end
     start = end - timedelta(days=1) if start is None else start
     entries = await OccurrenceService(ctx.store, ctx.clock).window(job, start, end, limit)
     cut = entries[-1] if len(entries) == limit else None

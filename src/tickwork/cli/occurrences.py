@@ -26,7 +26,7 @@ def jobs_occurrences(
         typer.Option("--from", help="ISO-8601 instant [default: --to minus 1 day]"),
     ] = None,
     end: Annotated[
-        str | None, typer.Option("--to", help="ISO-8601 instant [default: now + 1 day]")
+        str | None, typer.Option("--to", help="ISO-8601 instant [default: now + 1 hour]")
     ] = None,
     limit: Annotated[int, typer.Option(help="at most this many entries, 1..1000")] = 100,
     api: ApiOpt = None,
