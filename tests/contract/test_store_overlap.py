@@ -301,3 +301,20 @@ async def test_skips_in_a_row_for_one_run_are_one_ledger_row(store: ScheduleStor
         (to_us(T0 + SEC), to_us(T0 + 3 * SEC), 3, first.run_id),
         (to_us(T0 + 5 * SEC), to_us(T0 + 5 * SEC), 1, second.run_id),
     ]
+
+
+async def test_a_run_created_while_the_job_was_allow_is_not_seen_by_a_later_policy(
+    store: ScheduleStore,
+) -> None:
+    """Only runs created under a policy enter the index the policies probe (docs/policies.md):
+    an `allow` job's runs cost that index nothing, and a policy applies from its first run."""
+    job = await overlapping_job(store, OverlapPolicy.ALLOW)
+    [before] = await claim(store, [await plan_next(store, job, OverlapPolicy.ALLOW)])
+    # The policy changes to skip while that run is still going: it is not seen, so this fires.
+    [first] = await claim(store, [await plan_next(store, job, OverlapPolicy.SKIP)])
+    assert first.scheduled_for == T0 + SEC
+    # The run created under skip is seen: the next occurrence is skipped for it.
+    assert await claim(store, [await plan_next(store, job, OverlapPolicy.SKIP)]) == []
+    [row] = await ledger(store, job.id)
+    assert (row["reason"], row["run_id"]) == ("skipped_overlap", first.run_id)
+    assert before.run_id != first.run_id

@@ -93,6 +93,9 @@ class MemoryStore:
         # A run still going when buffer_one held a newer one back -> the held run's key
         # (tw_runs.releases_key): finishing the first releases the second.
         self._releases: dict[int, str] = {}
+        # The runs created while their job had an overlap policy (tw_runs.guarded): the only
+        # runs the policies look for (tw_runs_active holds no others).
+        self._guarded: set[int] = set()
         # Like a migrated database (0006), it starts with the `default` tenant.
         started = self._clock.now()
         self._tenants: dict[str, Tenant] = {
@@ -320,6 +323,8 @@ class MemoryStore:
             if run is not None:
                 run = replace(run, claim_epoch=lease.epoch)
                 self._runs[run.id] = run
+                if plan.overlap is not OverlapPolicy.ALLOW:
+                    self._guarded.add(run.id)
                 if decision.verdict is Verdict.HOLD:
                     run = replace(run, attempt=0)  # leased later, by whoever leases from here
                     self._runs[run.id] = run
@@ -351,7 +356,7 @@ class MemoryStore:
         """The overlap decision for a plan (nothing looked up for ALLOW)."""
         if plan.overlap is OverlapPolicy.ALLOW or plan.scheduled_for is None:
             return FIRE
-        pending = [self._runs[i] for i in self._leases if self._runs[i].job_id == plan.job_id]
+        pending = [self._runs[i] for i in self._pending_guarded(plan.job_id)]
         held = [r.id for r in pending if self._leases[r.id][1] == _HELD]
         active = [r.id for r in pending if self._leases[r.id][1] != _HELD]
         return decide(plan.overlap, active, held)
@@ -384,7 +389,7 @@ class MemoryStore:
         """overlap cancel_previous: every pending run of the job ends cancelled, its fence
         moved on (its holder's heartbeat and outcome are refused); a leased one gets an
         attempt row saying why."""
-        for run_id in [i for i in self._leases if self._runs[i].job_id == job_id]:
+        for run_id in self._pending_guarded(job_id):
             holder, _ = self._leases.pop(run_id)
             self._releases.pop(run_id, None)
             run = self._runs[run_id]
@@ -514,6 +519,8 @@ class MemoryStore:
         )
         assert run is not None  # a manual key is unique
         self._leases[run.id] = (None, now)
+        if job.schedule.overlap is not OverlapPolicy.ALLOW:
+            self._guarded.add(run.id)
         self._watchers.notify("runs")
         return self._view(run)
 
@@ -567,6 +574,8 @@ class MemoryStore:
             run = self._insert_run(job, at, advance.origin, job.fence_token, 0, now, attempt=0)
             if run is not None:
                 self._leases[run.id] = (None, now)
+                if advance.one_at_a_time:  # its job has an overlap policy
+                    self._guarded.add(run.id)
                 inserted += 1
         if inserted:
             self._watchers.notify("runs")
@@ -580,8 +589,13 @@ class MemoryStore:
         return backfill
 
     def _has_pending_run(self, job_id: str) -> bool:
-        return any(
-            r.job_id == job_id and r.status is RunStatus.PENDING for r in self._runs.values()
+        return bool(self._pending_guarded(job_id))
+
+    def _pending_guarded(self, job_id: str) -> list[int]:
+        """The job's pending runs that were created under an overlap policy (what the SQL
+        stores find through tw_runs_active), by id."""
+        return sorted(
+            i for i in self._leases if i in self._guarded and self._runs[i].job_id == job_id
         )
 
     async def lease_runs(

@@ -84,10 +84,12 @@ WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
 ORDER BY id LIMIT :limit
 
 -- name: insert_manual_run
--- Record an out-of-schedule occurrence at :now, unowned and leasable at once.
+-- Record an out-of-schedule occurrence at :now, unowned and leasable at once (guarded when its
+-- job has an overlap policy: a manual run still going counts as the job's run still going).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us)
-SELECT id, :key, 'manual', :now, 'pending', 0, fence_token, 0, NULL, :now, :now
+                     lease_owner, lease_until_us, created_us, guarded)
+SELECT id, :key, 'manual', :now, 'pending', 0, fence_token, 0, NULL, :now, :now,
+       CASE WHEN overlap = 'allow' THEN 0 ELSE 1 END
 FROM tw_jobs WHERE id = :job_id
 ON CONFLICT (key) DO NOTHING
 

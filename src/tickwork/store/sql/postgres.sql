@@ -119,13 +119,14 @@ decided AS (
         SELECT a.*,
             CASE WHEN a.overlap IS NOT NULL THEN (
                 SELECT r.id FROM tw_runs r
-                WHERE r.job_id = a.id AND r.status = 'pending' AND r.lease_until_us <> :held
+                WHERE r.job_id = a.id AND r.status = 'pending' AND r.guarded = 1
+                  AND r.lease_until_us <> :held
                 ORDER BY r.id LIMIT 1 FOR UPDATE) END AS active_id,
             -- An aggregate over the job's pending runs, so that it reads them through
             -- tw_runs_active, never the held runs of every job through tw_runs_pending.
             CASE WHEN a.overlap IS NOT NULL THEN (
                 SELECT min(r.id) FILTER (WHERE r.lease_until_us = :held) FROM tw_runs r
-                WHERE r.job_id = a.id AND r.status = 'pending') END AS held_id
+                WHERE r.job_id = a.id AND r.status = 'pending' AND r.guarded = 1) END AS held_id
         FROM allowed a OFFSET 0
     ) b
 ),
@@ -145,7 +146,8 @@ claimed AS (
     FROM decided l
     WHERE j.id = l.id
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch,
-              l.missed_first_us, l.missed_last_us, l.verdict, l.blocker
+              l.missed_first_us, l.missed_last_us, l.verdict, l.blocker,
+              CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded
 ),
 -- A skip right after a skip for the same blocking run extends that ledger row (the job's
 -- latest, through tw_occurrences_job): the run was going all along, so no occurrence came
@@ -178,7 +180,7 @@ cancelled AS (
         finished_us = :now, error = :cancel_error, last_error = :cancel_error
     WHERE r.id = ANY(ARRAY(
             SELECT x.id FROM claimed c CROSS JOIN LATERAL (
-                SELECT id FROM tw_runs WHERE job_id = c.id AND status = 'pending'
+                SELECT id FROM tw_runs WHERE job_id = c.id AND status = 'pending' AND guarded = 1
             ) x
             WHERE c.verdict = 'cancel' ORDER BY x.id))
       AND r.status = 'pending'
@@ -222,9 +224,10 @@ missed AS (
 {claim_jobs},
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
-                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch)
+                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
+                         guarded)
     SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, :owner,
-           :lease_until, :now, lease_epoch
+           :lease_until, :now, lease_epoch, guarded
     FROM claimed WHERE fired_us IS NOT NULL AND verdict IN ('fire', 'cancel')
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
@@ -233,9 +236,10 @@ inserted AS (
 -- overlap buffer_one: the run held back, unowned at attempt 0; it is no fire of this claim.
 held AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
-                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch)
+                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
+                         guarded)
     SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL, :held,
-           :now, lease_epoch
+           :now, lease_epoch, 1
     FROM claimed WHERE fired_us IS NOT NULL AND verdict = 'hold'
     ON CONFLICT (key) DO NOTHING
 )
@@ -254,9 +258,10 @@ WHERE n > 0
 {claim_jobs},
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
-                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch)
+                         coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
+                         guarded)
     SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL,
-           CASE WHEN verdict = 'hold' THEN :held ELSE fired_us END, :now, lease_epoch
+           CASE WHEN verdict = 'hold' THEN :held ELSE fired_us END, :now, lease_epoch, guarded
     FROM claimed WHERE fired_us IS NOT NULL AND verdict <> 'skip'
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt, lease_until_us
@@ -619,13 +624,15 @@ WITH moved AS (
         paced_us = :paced_us, updated_us = :now
     WHERE id = :id AND state = 'running' AND cursor_us IS NOT DISTINCT FROM :expected_us
       AND (NOT :one_at_a_time OR NOT EXISTS (
-            SELECT 1 FROM tw_runs r WHERE r.job_id = tw_backfills.job_id AND r.status = 'pending'))
+            SELECT 1 FROM tw_runs r
+            WHERE r.job_id = tw_backfills.job_id AND r.status = 'pending' AND r.guarded = 1))
     RETURNING job_id
 ),
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
-                         coalesced, lease_owner, lease_until_us, created_us)
-    SELECT j.id, o.key, :origin, o.at_us, 'pending', 0, j.fence_token, 0, NULL, :now, :now
+                         coalesced, lease_owner, lease_until_us, created_us, guarded)
+    SELECT j.id, o.key, :origin, o.at_us, 'pending', 0, j.fence_token, 0, NULL, :now, :now,
+           CASE WHEN :one_at_a_time THEN 1 ELSE 0 END
     FROM moved m JOIN tw_jobs j ON j.id = m.job_id,
          unnest(:keys::text[], :at_us::bigint[]) AS o(key, at_us)
     ON CONFLICT (key) DO NOTHING

@@ -81,9 +81,9 @@ WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us 
 -- The run of an in-process claim: leased to the claimer at attempt 1 (nothing if the
 -- occurrence already has a run: it never fires twice).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
-        :owner, :lease_until, :now, :lease_epoch)
+        :owner, :lease_until, :now, :lease_epoch, :guarded)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -100,9 +100,9 @@ VALUES (:job_id, :missed_first_us, :missed_last_us, :coalesced,
 -- The run of a hand-off claim: unowned at attempt 0, leasable from its own instant (the
 -- worker's lease makes it attempt 1).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
-        NULL, :fired_us, :now, :lease_epoch)
+        NULL, :fired_us, :now, :lease_epoch, :guarded)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -112,15 +112,16 @@ RETURNING id
 -- name: pending_runs_of_job
 -- The runs of a job still going (pending: waiting, leased or between retries) and their lease
 -- ends (:held marks one held back by buffer_one); read through tw_runs_active.
-SELECT id, lease_until_us FROM tw_runs WHERE job_id = :job_id AND status = 'pending'
+SELECT id, lease_until_us FROM tw_runs
+WHERE job_id = :job_id AND status = 'pending' AND guarded = 1
 
 -- name: insert_held_run
 -- overlap buffer_one: the occurrence's run, held back (lease end :held, never leasable) until
 -- the run still going ends; unowned at attempt 0, like a hand-off.
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
-        NULL, :held, :now, :lease_epoch)
+        NULL, :held, :now, :lease_epoch, 1)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -148,7 +149,7 @@ VALUES (:job_id, :fired_us, :fired_us, 1, 'skipped_overlap', :blocker, :now)
 -- their attempt rows.
 UPDATE tw_runs SET status = 'cancelled', fence_token = fence_token + 1, finished_us = :now,
     error = :error, last_error = :error
-WHERE job_id = :job_id AND status = 'pending'
+WHERE job_id = :job_id AND status = 'pending' AND guarded = 1
 RETURNING id AS run_id, job_id, attempt, fence_token - 1 AS fence, lease_owner AS worker
 
 -- name: release_held_run
@@ -349,7 +350,8 @@ UPDATE tw_backfills SET cursor_us = :cursor_us, done = done + :n, state = :state
     paced_us = :paced_us, updated_us = :now
 WHERE id = :id AND state = 'running' AND cursor_us IS :expected_us
   AND (:one_at_a_time = 0 OR NOT EXISTS (
-        SELECT 1 FROM tw_runs r WHERE r.job_id = tw_backfills.job_id AND r.status = 'pending'))
+        SELECT 1 FROM tw_runs r
+        WHERE r.job_id = tw_backfills.job_id AND r.status = 'pending' AND r.guarded = 1))
 RETURNING job_id,
     (SELECT fence_token FROM tw_jobs WHERE tw_jobs.id = tw_backfills.job_id) AS fence_token
 
@@ -357,6 +359,6 @@ RETURNING job_id,
 -- One occurrence of a backfill slice: unowned and leasable at once, like a manual run; its
 -- origin's key suffix keeps it apart from the scheduled occurrence (nothing if it has a run).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us)
-VALUES (:job_id, :key, :origin, :at_us, 'pending', 0, :fence, 0, NULL, :now, :now)
+                     lease_owner, lease_until_us, created_us, guarded)
+VALUES (:job_id, :key, :origin, :at_us, 'pending', 0, :fence, 0, NULL, :now, :now, :guarded)
 ON CONFLICT (key) DO NOTHING

@@ -336,7 +336,11 @@ class SqliteStore(SqlReads, SqlBackfillReads):
                 return None
             if moved["fence_token"] is None:
                 return 0  # the job is gone: nothing to run
-            ids = {"job_id": moved["job_id"], "fence": moved["fence_token"]}
+            ids = {
+                "job_id": moved["job_id"],
+                "fence": moved["fence_token"],
+                "guarded": params["one_at_a_time"],  # its job has an overlap policy
+            }
             return sum(conn.execute(SQL.insert_backfill_run.text, r | ids).rowcount for r in runs)
 
         inserted = await self._write(advance_)
@@ -813,4 +817,6 @@ def _plan_params(plan: ClaimPlan) -> dict[str, Any]:
         "new_state": (JobState.COMPLETED if completed else JobState.SCHEDULED).value,
         "fired_us": rows.us_or_none(plan.scheduled_for),
         "epoch": plan.epoch,
+        # The runs of a job with an overlap policy enter tw_runs_active (migration 0010).
+        "guarded": int(plan.overlap is not OverlapPolicy.ALLOW),
     }
