@@ -318,3 +318,29 @@ async def test_a_run_created_while_the_job_was_allow_is_not_seen_by_a_later_poli
     [row] = await ledger(store, job.id)
     assert (row["reason"], row["run_id"]) == ("skipped_overlap", first.run_id)
     assert before.run_id != first.run_id
+
+
+@pytest.mark.parametrize("hand_off", [False, True], ids=["in-process", "hand-off"])
+async def test_a_batch_mixing_plain_plans_and_a_policy_plan_applies_each(
+    store: ScheduleStore, hand_off: bool
+) -> None:
+    # The SQL stores claim a batch of plain plans with a leaner statement: one plan that needs
+    # the policy work must carry the whole batch to the full statement, and plain plans in it
+    # must fire as they would alone.
+    job = await overlapping_job(store, OverlapPolicy.SKIP)
+    [first] = await claim(store, [await plan_next(store, job, OverlapPolicy.SKIP)])
+    plain = make_job(2)
+    await store.create_job(plain)
+    plans = [
+        await plan_next(store, plain, OverlapPolicy.ALLOW),
+        await plan_next(store, job, OverlapPolicy.SKIP),
+    ]
+    assert plans[0].plain and not plans[1].plain
+    if hand_off:
+        fired = await store.claim_hand_off(plans, owner="s", now=T0 + SEC)
+    else:
+        fired = await store.claim(plans, owner="a", lease_until=FAR, now=T0 + SEC)
+    assert [f.job_id for f in fired] == [plain.id]
+    assert [e["reason"] for e in await ledger(store, job.id)] == ["skipped_overlap"]
+    assert (await store.get_job(plain.id)).next_run_at == T0 + SEC
+    assert [r.id for r in await store.list_runs(job.id)] == [first.run_id]

@@ -126,6 +126,22 @@ class ClaimPlan:
     # does not count towards (None: the same place either way).
     next_if_skipped: datetime | None = None
 
+    @property
+    def plain(self) -> bool:
+        """No policy work for the claim beyond its compare-and-set and advance: no ledger
+        range, no overlap look-up (allow, or nothing fired), no skip target. A burst's plans
+        are all plain, and the SQL stores claim such batches with a leaner statement."""
+        return (
+            self.missed_first is None
+            and self.next_if_skipped is None
+            and (self.overlap is OverlapPolicy.ALLOW or self.scheduled_for is None)
+        )
+
+
+def all_plain(plans: Iterable[ClaimPlan]) -> bool:
+    """Every plan of a batch is `plain` (ClaimPlan.plain)."""
+    return all(plan.plain for plan in plans)
+
 
 # The lease end of a run held back by overlap buffer_one until the job's running run ends: far
 # beyond any clock, so no lease, queue depth or next-lease read ever counts it as leasable.

@@ -54,6 +54,7 @@ from tickwork.store.base import (
     ResealReport,
     Topic,
     Watchers,
+    all_plain,
     distinct_leases,
     last_outcome_per_lease,
 )
@@ -266,7 +267,8 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             return Claimed()
         values = _claim_values(plans, owner, now, takeover_grace_ms)
         values["lease_until"] = to_us(lease_until)
-        found = await self._fetch(self._sql.claim, values, "claiming")
+        statement = self._sql.claim_plain if all_plain(plans) else self._sql.claim
+        found = await self._fetch(statement, values, "claiming")
         return Claimed(
             (
                 rows.fire_from_row(r, lease_until, self._columns)
@@ -287,7 +289,8 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         if not plans:
             return Claimed()
         values = _claim_values(plans, owner, now, takeover_grace_ms)
-        statement = self._sql.claim_hand_off
+        plain = all_plain(plans)
+        statement = self._sql.claim_hand_off_plain if plain else self._sql.claim_hand_off
         with translated("claiming"):
             found = await self.pool.fetch(statement.text, *statement.args(values))
             envelopes = [rows.envelope_from_row(r) for r in found if r["id"] is not None]

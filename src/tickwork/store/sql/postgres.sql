@@ -83,6 +83,25 @@ DELETE FROM tw_jobs WHERE id = :id RETURNING id
 -- the run held back and marks the run it waits for (`marked`: that run's finish releases it);
 -- `cancel` cancels every pending run of the job (`cancelled`, with an attempt row for those
 -- that were leased) and inserts the new run.
+{claim_plan},
+{claim_lock},
+{claim_decide},
+{claim_advance},
+{claim_overlap_effects},
+{claim_refused}
+
+-- fragment: claim_jobs_plain
+-- claim_jobs for a batch whose every plan is plain (docs/adr/0021): on time, overlap allow, no
+-- ledger range, no skip target. The same compare-and-set and advance, without the policy
+-- columns, the overlap look-ups and their CTEs: a burst's batches are all plain, and each of
+-- those pieces cost it time to plan and run even when it did nothing.
+{claim_plan_plain},
+{claim_lock},
+decided AS (SELECT a.*, 'fire'::text AS verdict, NULL::bigint AS blocker FROM allowed a),
+{claim_advance},
+{claim_refused}
+
+-- fragment: claim_plan
 WITH plan AS (
     SELECT * FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
                          :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
@@ -91,7 +110,20 @@ WITH plan AS (
                          :overlaps::text[], :skip_next_us::bigint[])
         AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch,
              missed_first_us, missed_last_us, overlap, skip_next_us)
-),
+)
+
+-- fragment: claim_plan_plain
+-- A plain batch's plans: nine arrays; the policy columns are NULL for every plan.
+WITH plan AS (
+    SELECT p.*, NULL::bigint AS missed_first_us, NULL::bigint AS missed_last_us,
+           NULL::text AS overlap, NULL::bigint AS skip_next_us
+    FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
+                :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
+                :coalesced::int[], :keys::text[], :epochs::bigint[])
+        AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch)
+)
+
+-- fragment: claim_lock
 locked AS (
     SELECT p.*, j.partition FROM tw_jobs j JOIN plan p ON j.id = p.id
     WHERE j.id = ANY(:ids::text[])
@@ -103,7 +135,9 @@ allowed AS (
     LEFT JOIN tw_partition_leases pl ON pl.partition = l.partition
     WHERE l.epoch IS NULL OR l.expected_us < :overdue_before
        OR (pl.owner = :owner AND pl.epoch = l.epoch AND pl.expires_us > {db_now})
-),
+)
+
+-- fragment: claim_decide
 -- The look-ups are CASE branches, evaluated only when taken; OFFSET 0 keeps the subquery
 -- whole, so each runs once per plan however often the CASE below names its result.
 decided AS (
@@ -129,7 +163,9 @@ decided AS (
                 WHERE r.job_id = a.id AND r.status = 'pending' AND r.guarded = 1) END AS held_id
         FROM allowed a OFFSET 0
     ) b
-),
+)
+
+-- fragment: claim_advance
 claimed AS (
     UPDATE tw_jobs j
     SET fence_token = j.fence_token + 1,
@@ -148,7 +184,9 @@ claimed AS (
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch,
               l.missed_first_us, l.missed_last_us, l.verdict, l.blocker,
               CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded
-),
+)
+
+-- fragment: claim_overlap_effects
 -- A skip right after a skip for the same blocking run extends that ledger row (the job's
 -- latest, through tw_occurrences_job): the run was going all along, so no occurrence came
 -- between them. Any other skip gets a row of its own.
@@ -191,7 +229,9 @@ cancelled_attempts AS (
                              finished_us, status, http_status, error)
     SELECT id, job_id, attempt, fence, lease_owner, :now, :now, 'cancelled', NULL, :cancel_error
     FROM cancelled WHERE lease_owner IS NOT NULL
-),
+)
+
+-- fragment: claim_refused
 refused AS (
     SELECT (SELECT count(*) FROM locked) - (SELECT count(*) FROM allowed) AS n
 )
@@ -214,14 +254,8 @@ missed AS (
     FROM claimed c WHERE c.missed_first_us IS NOT NULL AND c.coalesced > 0
 )
 
--- name: claim
--- Claim, advance and record a batch of plans for an in-process executor: each new run is
--- leased to the claimer until :lease_until at attempt 1 and comes back as a whole fire.
--- The last join reads the job's columns from the statement's snapshot of tw_jobs by primary
--- key (the claim does not change them). Joining `inserted` to `claimed` instead made the
--- planner, which estimates both CTEs at one row, run a nested loop of batch x batch
--- comparisons (200 ms of 250 ms per 1,000-row claim).
-{claim_jobs},
+-- fragment: claim_insert_leased
+-- `claim`'s runs: each leased to the claimer until :lease_until at attempt 1.
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
@@ -231,7 +265,26 @@ inserted AS (
     FROM claimed WHERE fired_us IS NOT NULL AND verdict IN ('fire', 'cancel')
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
-),
+)
+
+-- fragment: claim_fires
+-- `claim`'s result: the fires. The join reads the job's columns from the statement's snapshot
+-- of tw_jobs by primary key (the claim does not change them). Joining `inserted` to `claimed`
+-- instead made the planner, which estimates both CTEs at one row, run a nested loop of batch x
+-- batch comparisons (200 ms of 250 ms per 1,000-row claim).
+SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
+       j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, 0::bigint AS refused
+FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+-- One more row, with only `refused`, when the store refused plans for their epoch.
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused
+WHERE n > 0
+
+-- name: claim
+-- Claim, advance and record a batch of plans for an in-process executor: each new run is
+-- leased to the claimer and comes back as a whole fire.
+{claim_jobs},
+{claim_insert_leased},
 {record_missed},
 -- overlap buffer_one: the run held back, unowned at attempt 0; it is no fire of this claim.
 held AS (
@@ -243,19 +296,17 @@ held AS (
     FROM claimed WHERE fired_us IS NOT NULL AND verdict = 'hold'
     ON CONFLICT (key) DO NOTHING
 )
-SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
-       j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, 0::bigint AS refused
-FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
--- One more row, with only `refused`, when the store refused plans for their epoch.
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused
-WHERE n > 0
+{claim_fires}
 
--- name: claim_hand_off
--- Claim, advance and record a batch of plans for workers in other processes: each new run is
--- left unowned at attempt 0, leasable from its own instant. Returns only the envelope's
--- columns, straight from the insert (no join, no job text to send or decode).
-{claim_jobs},
+-- name: claim_plain
+-- `claim` for a batch of plain plans (claim_jobs_plain).
+{claim_jobs_plain},
+{claim_insert_leased}
+{claim_fires}
+
+-- fragment: claim_insert_unowned
+-- `claim_hand_off`'s runs: unowned at attempt 0, leasable from their own instant (a run held
+-- back by buffer_one: from :held, until its blocker's finish releases it).
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
@@ -265,14 +316,30 @@ inserted AS (
     FROM claimed WHERE fired_us IS NOT NULL AND verdict <> 'skip'
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt, lease_until_us
-),
-{record_missed}
--- A run held back by buffer_one gets no envelope: nothing is published for it.
+)
+
+-- fragment: claim_envelopes
+-- `claim_hand_off`'s result: only the envelope's columns, straight from the insert (no join,
+-- no job text to send or decode). A run held back by buffer_one gets no envelope: nothing is
+-- published for it.
 SELECT id, job_id, key, scheduled_us, fence_token, attempt, 0::bigint AS refused FROM inserted
 WHERE lease_until_us <> :held
 -- One more row, with only `refused`, when the store refused plans for their epoch.
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused WHERE n > 0
+
+-- name: claim_hand_off
+-- Claim, advance and record a batch of plans for workers in other processes.
+{claim_jobs},
+{claim_insert_unowned},
+{record_missed}
+{claim_envelopes}
+
+-- name: claim_hand_off_plain
+-- `claim_hand_off` for a batch of plain plans (claim_jobs_plain).
+{claim_jobs_plain},
+{claim_insert_unowned}
+{claim_envelopes}
 
 -- fragment: fire_join_returning
 -- A batch lease's RETURNING list: the run, and its job's and tenant's columns from one join
