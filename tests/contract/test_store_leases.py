@@ -539,6 +539,22 @@ async def test_every_lease_records_its_instant_as_the_start_of_the_attempt(
     assert [run_state(r, T0 + 6 * SEC) for r in leased] == [RunState.RUNNING] * 3
 
 
+async def test_a_run_claimed_ahead_of_its_instant_starts_at_its_instant(
+    store: ScheduleStore,
+) -> None:
+    # The scheduler claims up to a few hundred ms early and the in-process executor waits for
+    # the instant: the attempt does not start before the run's own instant.
+    due = T0 + SEC
+    job = make_job(9, next_run_at=due)
+    await store.create_job(job)
+    [claimed] = await claim(store, [plan_for(job, new_next=due + SEC)])  # at T0
+    assert (await store.get_run(claimed.run_id)).started_at == due
+    on_time = make_job(10, next_run_at=T0 - SEC)
+    await store.create_job(on_time)
+    [late] = await claim(store, [plan_for(on_time, new_next=due)])
+    assert (await store.get_run(late.run_id)).started_at == T0  # its claim's instant
+
+
 async def test_a_retried_run_shows_the_attempt_in_progress_once_leased_again(
     store: ScheduleStore,
 ) -> None:

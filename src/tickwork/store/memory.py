@@ -1010,7 +1010,9 @@ class MemoryStore:
         owner, until = self._leases.get(run.id, (None, None))
         started = run.started_at
         if started is None and owner is not None:
-            started = run.created_at  # leased at its claim, which inserted it at that instant
+            # Leased at its claim, which inserted it at that instant; claimed ahead of its
+            # instant, its attempt starts at that instant.
+            started = max(run.created_at, run.scheduled_for)
         return replace(run, lease_owner=owner, lease_until=until, started_at=started)
 
     def _fire(self, run: Run, job: Job, lease_until: datetime) -> Fire:

@@ -362,8 +362,9 @@ def run_from_row(row: Row) -> Run:
     started_us = row["started_us"]
     if started_us is None and row["lease_owner"] is not None:
         # Leased at its claim (an in-process fire), which sets no started_us: the claim
-        # inserted the run at the lease's instant.
-        started_us = row["created_us"]
+        # inserted the run at the lease's instant, and its attempt starts then, or at the
+        # run's own instant if it was claimed ahead of it.
+        started_us = max(row["created_us"], row["scheduled_us"])
     return Run(
         id=row["id"],
         job_id=row["job_id"],
