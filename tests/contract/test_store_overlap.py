@@ -335,7 +335,8 @@ async def test_a_batch_mixing_plain_plans_and_a_policy_plan_applies_each(
         await plan_next(store, plain, OverlapPolicy.ALLOW),
         await plan_next(store, job, OverlapPolicy.SKIP),
     ]
-    assert plans[0].plain and not plans[1].plain
+    assert plans[0].plain
+    assert not plans[1].plain
     if hand_off:
         fired = await store.claim_hand_off(plans, owner="s", now=T0 + SEC)
     else:
