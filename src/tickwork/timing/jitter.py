@@ -45,8 +45,9 @@ def occurrence_digest(job_id: str, nominal_us: int, *, person: bytes, size: int 
 
     blake2b, not `hash()`: Python salts str hashes per process, and every process must agree.
     The instant is the last 8 bytes of the input, so no two (job id, instant) pairs collide
-    in their encoding."""
-    data = job_id.encode() + nominal_us.to_bytes(8, "big", signed=True)
+    in their encoding; "surrogatepass" so that any str, even one a JSON escape left with a
+    lone surrogate, has an encoding."""
+    data = job_id.encode("utf-8", "surrogatepass") + nominal_us.to_bytes(8, "big", signed=True)
     return hashlib.blake2b(data, digest_size=size, person=person).digest()
 
 
