@@ -7,7 +7,8 @@ bucket), every non-empty bucket in time order and the busiest buckets, most fire
 per tenant, so an operator sees who makes a peak.
 
 Buckets are aligned on `start`, not on the epoch: the caller chooses the grid by choosing
-`start` (a whole minute, say). Instants outside [start, end) are not counted.
+`start` (a whole minute, say); the last bucket is cut short at `end` when the range is not a
+whole number of buckets. Instants outside [start, end) are not counted.
 
 No I/O, no clock: instants come in as aware datetimes.
 """
