@@ -177,39 +177,35 @@ class LoadMap(Mapping[int, int]):
             raise ValueError("last_s must not be before first_s")
         if last_s - first_s < 2 * _BLOCK:
             return self._least_loaded_short(first_s, last_s, tie_draw)
-        # (block, first offset, last offset, fewest, how many hold it) for each block touched.
-        pieces: list[tuple[_Block | None, int, int, int, int]] = []
-        first_block, last_block = first_s // _BLOCK, last_s // _BLOCK
-        for index in range(first_block, last_block + 1):
-            start = first_s - index * _BLOCK if index == first_block else 0
-            stop = last_s - index * _BLOCK if index == last_block else _BLOCK - 1
-            block = self._blocks.get(index)
-            if block is None:
-                pieces.append((None, start, stop, 0, stop - start + 1))
-            elif start == 0 and stop == _BLOCK - 1:
-                pieces.append((block, start, stop, block.fewest, block.fewest_count))
-            else:
-                part = block.counts[start : stop + 1]
-                fewest = min(part)
-                pieces.append((block, start, stop, fewest, part.count(fewest)))
-        fewest = min(piece[3] for piece in pieces)
-        tied = sum(piece[4] for piece in pieces if piece[3] == fewest)
-        rank = uniform_index(tie_draw, tied)
-        for index, (block, start, stop, piece_fewest, holders) in enumerate(
-            pieces, start=first_block
-        ):
-            if piece_fewest != fewest:
-                continue
-            if rank >= holders:
-                rank -= holders
-                continue
-            if block is None:
-                return index * _BLOCK + start + rank
-            offset = block.counts.index(fewest, start, stop + 1)
-            for _ in range(rank):
-                offset = block.counts.index(fewest, offset + 1, stop + 1)
-            return index * _BLOCK + offset
-        raise AssertionError("the tied seconds were counted above")  # pragma: no cover
+        # At least 129 seconds: a partial (or whole) head block, one or more whole blocks, a
+        # partial (or whole) tail block. Whole blocks are read by their kept minimum only.
+        head_index, tail_index = first_s // _BLOCK, last_s // _BLOCK
+        head_start, tail_stop = first_s - head_index * _BLOCK, last_s - tail_index * _BLOCK
+        head = self._blocks.get(head_index)
+        tail = self._blocks.get(tail_index)
+        head_counts = [0] * _BLOCK if head is None else head.counts
+        tail_counts = [0] * _BLOCK if tail is None else tail.counts
+        head_part = head_counts[head_start:]
+        tail_part = tail_counts[: tail_stop + 1]
+        middle = [self._blocks.get(index) for index in range(head_index + 1, tail_index)]
+        middle_fewest = [0 if block is None else block.fewest for block in middle]
+        fewest = min(min(head_part), min(tail_part), min(middle_fewest))
+        head_tied = head_part.count(fewest)
+        middle_tied = [
+            (_BLOCK if block is None else block.fewest_count) if block_fewest == fewest else 0
+            for block, block_fewest in zip(middle, middle_fewest, strict=True)
+        ]
+        rank = uniform_index(tie_draw, head_tied + sum(middle_tied) + tail_part.count(fewest))
+        if rank < head_tied:
+            return head_index * _BLOCK + _nth_index(head_counts, fewest, rank, head_start)
+        rank -= head_tied
+        for position, tied in enumerate(middle_tied):
+            if rank < tied:
+                block = middle[position]
+                offset = rank if block is None else _nth_index(block.counts, fewest, rank, 0)
+                return (head_index + 1 + position) * _BLOCK + offset
+            rank -= tied
+        return tail_index * _BLOCK + _nth_index(tail_counts, fewest, rank, 0)
 
     def _least_loaded_short(self, first_s: int, last_s: int, tie_draw: bytes) -> int:
         """A range of at most two blocks' length: copy its counts (list slices) and scan
@@ -223,10 +219,7 @@ class LoadMap(Mapping[int, int]):
             counts += [0] * (stop - start + 1) if block is None else block.counts[start : stop + 1]
         fewest = min(counts)
         rank = uniform_index(tie_draw, counts.count(fewest))
-        offset = counts.index(fewest)
-        for _ in range(rank):
-            offset = counts.index(fewest, offset + 1)
-        return first_s + offset
+        return first_s + _nth_index(counts, fewest, rank, 0)
 
     def __getitem__(self, second: int) -> int:
         index, offset = divmod(second, _BLOCK)
@@ -244,3 +237,11 @@ class LoadMap(Mapping[int, int]):
 
     def __len__(self) -> int:
         return self._seconds
+
+
+def _nth_index(counts: list[int], value: int, rank: int, start: int) -> int:
+    """The index of the (rank + 1)-th `value` in counts[start:], searched in C."""
+    index = counts.index(value, start)
+    for _ in range(rank):
+        index = counts.index(value, index + 1)
+    return index

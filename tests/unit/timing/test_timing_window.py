@@ -175,6 +175,16 @@ def test_a_batch_of_100_000_jobs_flattens_to_an_even_load() -> None:
     assert loads.total == sum(counts) == 100_000
 
 
+def test_a_long_window_flattens_too() -> None:
+    """PT1H (3,601 seconds, read by block minimums): 20,000 jobs end at 5 or 6 per second."""
+    loads = LoadMap()
+    for i in range(20_000):
+        loads.add(place_in_window(f"job-{i}", NOMINAL, 3_600_000, next_nominal=None, load=loads))
+    counts = [loads.get(NOMINAL_S + second, 0) for second in range(3_601)]
+    assert sorted(set(counts)) == [5, 6]
+    assert sum(counts) == 20_000
+
+
 def test_placing_on_top_of_an_existing_load_fills_the_gaps_first() -> None:
     """Seconds 0-9 already hold 5 fires each: the next 20 x 10 jobs go to seconds 10-30 before
     any lands in 0-9 again."""
