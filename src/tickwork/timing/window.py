@@ -149,6 +149,8 @@ class LoadMap(Mapping[int, int]):
         self.add_to_second(instant_us // 1_000_000)
 
     def add_to_second(self, second: int, fires: int = 1) -> None:
+        """Count `fires` more in an epoch second. Never fewer: a block's minimum then only
+        moves when its last second holding it grows, which keeps `least_loaded` exact."""
         if fires < 0:
             raise ValueError(f"fires must be 0 or more, got {fires}")
         if fires == 0:
