@@ -457,6 +457,27 @@ def test_jobs_preview_bad_input_exits_2_naming_the_flag(cli: Any) -> None:
     assert "--count" in bad.err
 
 
+def test_load_shows_the_planned_herd_and_its_shape(cli: Any, server: Server) -> None:
+    cli("tenants", "create", "herd")  # exit 2 if it exists: either way
+    at = (server.clock.now() + timedelta(minutes=1)).isoformat()
+    for _ in range(3):
+        made = cli(*create_args("--every", "PT1M", "--start-at", at, "--tenant", "herd"))
+        assert made.code == 0, made.err
+    start = server.clock.now().isoformat()
+    end = (server.clock.now() + timedelta(minutes=3)).isoformat()
+    window = ["--from", start, "--to", end, "--tenant", "herd"]
+    answer = cli("load", *window, "--json").json()
+    assert (answer["total"], answer["peak"]) == (6, 3)
+    table = cli("load", *window, "--bucket", "60")
+    assert table.code == 0, table.err
+    assert "total 6  peak 3/bucket" in table.out
+    # Three one-minute buckets: none, 3, 3 fires: one column each, the empty one blank.
+    assert "| ██|" in table.out
+    bad = cli("load", "--from", start, "--to", start)
+    assert bad.code == 2
+    assert "to" in bad.err
+
+
 # -- bad input and failures -------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from tickwork.api.audit import noted
 from tickwork.api.auth import Caller, Writer, caller, job_for, tenant_scope, visible_tenant
 from tickwork.api.egress import check_destination
 from tickwork.api.errors import error_response
+from tickwork.api.load_schemas import LoadOut
 from tickwork.api.occurrence_schemas import ExplainOut, OccurrenceList, OccurrenceOut
 from tickwork.api.schemas import (
     MAX_RUN_ID,
@@ -53,6 +54,7 @@ from tickwork.errors import InvalidInput, NotFound
 from tickwork.services.dead_letters import DeadLetterService, NotDeadLettered
 from tickwork.services.job_preview import preview_job
 from tickwork.services.jobs import KEEP, JobService, unknown_tenant
+from tickwork.services.load import planned_load
 from tickwork.services.occurrences import MAX_ENTRIES, OccurrenceService
 from tickwork.services.rules import MAX_RUNS
 from tickwork.services.tenants import TenantService
@@ -438,6 +440,29 @@ def _page(runs: list[Run], limit: int, now: datetime) -> tuple[list[RunOut], int
     continue before."""
     next_before = runs[limit - 1].id if len(runs) > limit else None
     return [RunOut.of(r, now) for r in runs[:limit]], next_before
+
+
+@v1.get("/load", tags=["load"])
+async def planned_load_forecast(
+    ctx: Ctx,
+    who: Caller,
+    start: Annotated[QueryInstant | None, Query(alias="from", description="default: now")] = None,
+    end: Annotated[
+        QueryInstant | None, Query(alias="to", description="default: `from` + 1 hour")
+    ] = None,
+    bucket: Annotated[int, Query(description="bucket width in seconds, 1..86400")] = 1,
+    tenant: Annotated[str | None, Query(max_length=100)] = None,
+) -> LoadOut:
+    """Fires planned per bucket in [from, to) (at most 7 days): totals, peak, busiest
+    buckets, per tenant; a tenant key sees its own tenant's."""
+    start = ctx.clock.now() if start is None else start
+    end = start + timedelta(hours=1) if end is None else end
+    if tenant is not None:
+        visible_tenant(who, tenant)  # another tenant's: 404, as for a tenant that is not there
+    scope = tenant_scope(who, tenant)
+    return LoadOut.of(
+        await planned_load(ctx.store, start=start, end=end, bucket_s=bucket, tenant=scope)
+    )
 
 
 @v1.get("/preview", tags=["preview"])

@@ -11,6 +11,7 @@
     tickwork secrets <verb>         keys for secrets at rest (keygen, reencrypt)
     tickwork preview --cron EXPR    the next fires of a schedule (or --every, --at), locally
     tickwork cluster                schedulers, workers, partitions and queues (--watch)
+    tickwork load                   fires planned per second (or bucket) in a window, per tenant
 
 Output is a readable table by default; `--json` prints machine output and nothing else.
 Every failure ends as one line on stderr, never a traceback: bad input (a flag, the API's 4xx)
@@ -30,7 +31,7 @@ roles, `db upgrade`, `db repartition`), `preview`, `cluster`, `jobs` (with `runs
 from tickwork.cli import serve  # noqa: F401
 
 # isort: split
-from tickwork.cli import cluster, dlq, jobs, keys, occurrences, preview, secrets, tenants  # noqa: F401
+from tickwork.cli import cluster, dlq, jobs, keys, load, occurrences, preview, secrets, tenants  # noqa: F401
 
 # isort: split
 from tickwork.cli import backfills  # noqa: F401  (`jobs backfill`, after the other jobs verbs)

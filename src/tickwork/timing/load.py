@@ -1,4 +1,4 @@
-"""Pure: a forecast of planned fires per time bucket (the answer of `GET /v1/load`, to come).
+"""Pure: a forecast of planned fires per time bucket (the answer of `GET /v1/load`).
 
 Given the instants the scheduler plans to fire at, count them in buckets of `bucket_s`
 seconds from `start` (inclusive) to `end` (exclusive): the total, the peak (most fires in one
@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_BUSIEST",
     "BucketLoad",
     "LoadForecast",
+    "LoadTally",
     "TenantLoadForecast",
     "forecast",
     "forecast_by_tenant",
@@ -86,18 +87,37 @@ def forecast_by_tenant(
     busiest: int = DEFAULT_BUSIEST,
 ) -> TenantLoadForecast:
     """`forecast` over all pairs, and one per tenant that has a fire in [start, end)."""
-    grid = _Grid(start, end, bucket_s, busiest)
-    overall: Counter[int] = Counter()
-    by_tenant: defaultdict[str, Counter[int]] = defaultdict(Counter)
+    tally = LoadTally(start=start, end=end, bucket_s=bucket_s, busiest=busiest)
     for tenant, instant in fires:
-        bucket = grid.bucket_of(instant)
+        tally.add(tenant, instant)
+    return tally.result()
+
+
+class LoadTally:
+    """`forecast_by_tenant` fed one fire at a time: for a caller that produces the fires in
+    steps (pages of jobs read from a store) and should not hold them all."""
+
+    def __init__(
+        self, *, start: datetime, end: datetime, bucket_s: int = 1, busiest: int = DEFAULT_BUSIEST
+    ) -> None:
+        self._grid = _Grid(start, end, bucket_s, busiest)
+        self._overall: Counter[int] = Counter()
+        self._by_tenant: defaultdict[str, Counter[int]] = defaultdict(Counter)
+
+    def add(self, tenant: str, instant: datetime) -> None:
+        bucket = self._grid.bucket_of(instant)
         if bucket is not None:
-            overall[bucket] += 1
-            by_tenant[tenant][bucket] += 1
-    return TenantLoadForecast(
-        overall=grid.forecast(overall),
-        tenants={name: grid.forecast(by_tenant[name]) for name in sorted(by_tenant)},
-    )
+            self._overall[bucket] += 1
+            self._by_tenant[tenant][bucket] += 1
+
+    def result(self) -> TenantLoadForecast:
+        grid = self._grid
+        return TenantLoadForecast(
+            overall=grid.forecast(self._overall),
+            tenants={
+                name: grid.forecast(self._by_tenant[name]) for name in sorted(self._by_tenant)
+            },
+        )
 
 
 class _Grid:
