@@ -251,6 +251,20 @@ async def test_cancel_previous_cancels_the_run_going_and_fires_the_new_one(
     assert await ledger(store, job.id) == []
 
 
+async def test_cancel_previous_cancels_every_run_going(store: ScheduleStore) -> None:
+    # Two manual runs still going (a trigger applies no policy): the next occurrence cancels both.
+    policy = OverlapPolicy.CANCEL_PREVIOUS
+    job = await overlapping_job(store, policy)
+    manual = [await store.add_manual_run(job.id, now=T0) for _ in range(2)]
+    [new] = await claim(store, [await plan_next(store, job, policy)])
+    statuses = {r.id: r.status for r in await store.list_runs(job.id)}
+    assert statuses == {
+        manual[0].id: RunStatus.CANCELLED,
+        manual[1].id: RunStatus.CANCELLED,
+        new.run_id: RunStatus.PENDING,
+    }
+
+
 async def test_cancel_previous_cancels_a_run_never_leased_without_an_attempt(
     store: ScheduleStore,
 ) -> None:
