@@ -124,7 +124,9 @@ def marker_errors(body: str, where: str, section: str, subsection: str | None) -
             errors.append(f"{where}: {reference!r} is not tests/<path>.py::<test>")
             continue
         path = ROOT / found["path"]
-        if not path.is_file():
+        if not found["name"].rsplit("::", 1)[-1].startswith("test"):
+            errors.append(f"{where}: {reference!r} names a helper, not a test")
+        elif not path.is_file():
             errors.append(f"{where}: {found['path']} does not exist")
         elif found["name"] not in functions_defined_in(path):
             errors.append(f"{where}: {found['path']} defines no {found['name']}")
@@ -216,6 +218,10 @@ See [elsewhere](elsewhere.md).
             "defines no test_gone",
         ),
         ("Text.\n\n<!-- checked: test_x -->\n", "is not tests/"),
+        (
+            "Text.\n\n<!-- checked: tests/docs/test_policies_checked.py::check_guide -->\n",
+            "names a helper, not a test",
+        ),
         ("Text.\n\n<!-- checked: n/a -->\n", "is not tests/"),
         ("Text.\n\n<!-- checked: pending catch-up rewrite -->\n", "only for Misfires"),
     ],
@@ -248,6 +254,6 @@ class TestMarkersNameMethods:
         here = functions_defined_in(Path(__file__))
         assert "TestMarkersNameMethods::test_a_method_is_named_by_its_class_and_name" in here
         assert "test_a_method_is_named_by_its_class_and_name" not in here
-        reference = f"{Path(__file__).relative_to(ROOT)}::TestMarkersNameMethods::nothing"
+        reference = f"{Path(__file__).relative_to(ROOT)}::TestMarkersNameMethods::test_nothing"
         [error] = marker_errors(reference, "here", "S", None)
-        assert error.endswith("defines no TestMarkersNameMethods::nothing")
+        assert error.endswith("defines no TestMarkersNameMethods::test_nothing")
