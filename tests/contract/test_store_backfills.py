@@ -219,6 +219,33 @@ async def test_one_at_a_time_waits_for_the_jobs_pending_run(store: ScheduleStore
     assert await store.advance_backfill(second, now=T0) == 1
 
 
+@pytest.mark.parametrize(
+    "policy", [OverlapPolicy.SKIP, OverlapPolicy.BUFFER_ONE, OverlapPolicy.CANCEL_PREVIOUS]
+)
+async def test_one_at_a_time_waits_for_a_scheduled_run_and_never_cancels_or_holds(
+    store: ScheduleStore, policy: OverlapPolicy
+) -> None:
+    """docs/policies.md, backfill "wait your turn": the backfill waits for the scheduled run
+    going instead of applying the job's policy to it, and its own run is never held back."""
+    job = make_job(1, schedule=replace(make_job(1).schedule, overlap=policy))
+    await store.create_job(job)
+    plan = replace(plan_for(job, new_next=T0 + 3600 * SEC), overlap=policy)
+    [scheduled] = await store.claim_hand_off([plan], owner="s", now=T0)
+    backfill = await store.create_backfill(new_backfill(job.id))
+    turn = slice_of(backfill, [T0 - 100 * SEC], one_at_a_time=True)
+    assert await store.advance_backfill(turn, now=T0) is None
+    assert (await store.get_run(scheduled.run_id)).status is RunStatus.PENDING  # not cancelled
+    [fire] = await store.lease_runs(now=T0, owner="w", lease_until=T0 + 60 * SEC, limit=10)
+    assert await store.finish_runs([outcome(fire)]) == 1
+    assert await store.advance_backfill(turn, now=T0) == 1
+    [replay] = await store.lease_runs(now=T0, owner="w", lease_until=T0 + 60 * SEC, limit=10)
+    assert (replay.scheduled_for, replay.key) == (
+        T0 - 100 * SEC,
+        occurrence_key(job.id, T0 - 100 * SEC, RunOrigin.BACKFILL),
+    )
+    assert await store.list_occurrences(job.id, T0 - 3600 * SEC, T0 + 3600 * SEC, limit=9) == []
+
+
 async def test_cancel_stops_a_running_backfill_and_keeps_a_finished_one(
     store: ScheduleStore,
 ) -> None:

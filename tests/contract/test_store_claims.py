@@ -7,10 +7,12 @@ Run against every backend (memory, SQLite, PostgreSQL); see tickwork/store/base.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import replace
 
 import pytest
 
+from tickwork.clock import to_us
 from tickwork.domain.jobs import (
     AtTrigger,
     EveryTrigger,
@@ -126,6 +128,17 @@ async def test_claim_without_next_completes_the_job(store: ScheduleStore) -> Non
     assert await store.due_jobs(T0 + 3600 * SEC, limit=10) == []
 
 
+async def test_a_coalescing_claim_counts_as_one_fire(store: ScheduleStore) -> None:
+    # docs/policies.md, max_runs: one run for several missed occurrences is one fire.
+    job = await store.create_job(make_job(1))
+    [fire] = await claim(
+        store, [plan_for(job, fire=T0 + 5 * SEC, new_next=T0 + 6 * SEC, coalesced=5)]
+    )
+    stored = await store.get_job(job.id)
+    assert (stored.fired_count, stored.last_fired_at) == (1, T0 + 5 * SEC)
+    assert (await store.get_run(fire.run_id)).coalesced == 5
+
+
 async def test_a_skip_plan_advances_without_a_run(store: ScheduleStore) -> None:
     job = make_job(1)
     await store.create_job(job)
@@ -187,6 +200,26 @@ async def test_manual_runs_are_pending_and_leasable_at_once(store: ScheduleStore
     [fire] = await store.lease_runs(now=T0, owner="a", lease_until=T0 + 60 * SEC, limit=10)
     assert (fire.run_id, fire.attempt) == (run.id, 1)
     assert (await store.get_job(job.id)).next_run_at == T0 + 3600 * SEC
+
+
+async def test_a_manual_run_at_an_occurrences_instant_never_hides_it(store: ScheduleStore) -> None:
+    """docs/policies.md, manual triggers: two triggers in one millisecond, at the very instant
+    of the next occurrence, are two runs with keys of their own; the occurrence still fires,
+    and neither trigger moves next_run_at or counts as a fire."""
+    job = make_job(1, next_run_at=T0)
+    await store.create_job(job)
+    manual = [await store.add_manual_run(job.id, now=T0) for _ in range(2)]
+    ms = to_us(T0) // 1000
+    for run in manual:
+        assert re.fullmatch(rf"{job.id}:{ms}:manual:[0-9a-f]+", run.key), run.key
+    assert manual[0].key != manual[1].key
+    stored = await store.get_job(job.id)
+    assert (stored.next_run_at, stored.fired_count) == (T0, 0)
+    [fire] = await claim(store, [plan_for(stored, new_next=T0 + SEC)])
+    assert (fire.scheduled_for, fire.key) == (T0, occurrence_key(job.id, T0))
+    origins = sorted(r.origin for r in await store.list_runs(job.id))
+    assert origins == [RunOrigin.MANUAL, RunOrigin.MANUAL, RunOrigin.SCHEDULE]
+    assert (await store.get_job(job.id)).fired_count == 1
 
 
 async def test_a_hand_off_leaves_the_run_for_any_worker_at_its_instant(

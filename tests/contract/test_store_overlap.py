@@ -3,6 +3,7 @@ the job's previous run is still going, and what the finish of that run releases.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -13,7 +14,9 @@ from tickwork.clock import to_us
 from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.store.base import CANCELLED_BY_OVERLAP, ClaimPlan, ScheduleStore
+from tickwork.store.sqlite import SqliteStore
 
+from .conftest import StoreFactory, open_store
 from .store_helpers import SEC, T0, claim, make_job, outcome
 
 FAR = T0 + 3600 * SEC  # later than every instant these tests use
@@ -177,6 +180,26 @@ async def test_buffer_one_holds_one_back_until_the_running_run_ends(
     assert (fire.run_id, fire.scheduled_for, fire.attempt) == (held.id, T0 + SEC, 1)
 
 
+async def test_releasing_a_held_run_wakes_the_workers(
+    make_store: StoreFactory, opened: list[ScheduleStore]
+) -> None:
+    """Table-queue workers wait on the store's "runs" topic: the finish that releases a held
+    buffer_one run must wake them (and the workers of other processes where the store can
+    tell them), or the run would wait for their next lease scan."""
+    store = await open_store(make_store, opened)
+    worker_side = await open_store(make_store, opened)
+    policy = OverlapPolicy.BUFFER_ONE
+    job = await overlapping_job(store, policy)
+    [first] = await claim(store, [await plan_next(store, job, policy)])
+    assert await claim(store, [await plan_next(store, job, policy)]) == []  # held
+    woken_here, woken = store.watch("runs"), worker_side.watch("runs")
+    assert await store.finish_runs([finished(first)]) == 1
+    await asyncio.wait_for(woken_here.wait(), 5)
+    if not isinstance(worker_side, SqliteStore):  # SQLite cannot tell another connection
+        await asyncio.wait_for(woken.wait(), 5)
+    assert await worker_side.leasable_runs(SOON) == 1
+
+
 @pytest.mark.parametrize("status", [RunStatus.FAILED, RunStatus.PENDING])
 async def test_buffer_one_releases_on_a_dead_letter_not_on_a_retry(
     store: ScheduleStore, status: RunStatus
@@ -226,6 +249,20 @@ async def test_cancel_previous_cancels_the_run_going_and_fires_the_new_one(
     assert (await store.get_run(first.run_id)).status is RunStatus.CANCELLED
     assert (await store.get_job(job.id)).fired_count == 2
     assert await ledger(store, job.id) == []
+
+
+async def test_cancel_previous_cancels_every_run_going(store: ScheduleStore) -> None:
+    # Two manual runs still going (a trigger applies no policy): the next occurrence cancels both.
+    policy = OverlapPolicy.CANCEL_PREVIOUS
+    job = await overlapping_job(store, policy)
+    manual = [await store.add_manual_run(job.id, now=T0) for _ in range(2)]
+    [new] = await claim(store, [await plan_next(store, job, policy)])
+    statuses = {r.id: r.status for r in await store.list_runs(job.id)}
+    assert statuses == {
+        manual[0].id: RunStatus.CANCELLED,
+        manual[1].id: RunStatus.CANCELLED,
+        new.run_id: RunStatus.PENDING,
+    }
 
 
 async def test_cancel_previous_cancels_a_run_never_leased_without_an_attempt(

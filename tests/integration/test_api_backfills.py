@@ -4,6 +4,7 @@ fix; writer/reader roles and tenant isolation; and the audit of who asked."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.integration.test_api import NOW, Api, job_body, serve
 from tickwork.clock import utc_iso
+from tickwork.domain.jobs import JobState
 from tickwork.scheduler.backfill_lane import BackfillLane, LaneConfig
 from tickwork.store.memory import MemoryStore
 from tickwork.testing import mint_key
@@ -163,3 +165,28 @@ async def test_readers_read_writers_write_and_tenants_see_only_their_own(api: Ap
     audit = (await api.client.get("/v1/audit", params={"tenant": "acme"})).json()
     resources = {e["resource"] for e in audit["entries"]}
     assert f"backfill {made['id']}" in resources
+
+
+async def test_a_paused_or_completed_job_can_be_backfilled(api: Api) -> None:
+    paused = await every_minute_job(api)
+    assert (await api.client.post(f"/v1/jobs/{paused['id']}/pause")).status_code == 200
+    completed = await every_minute_job(api)
+    stored = await api.store.get_job(completed["id"])  # completed as the scheduler does it
+    await api.store.update_job(replace(stored, state=JobState.COMPLETED, next_run_at=None))
+    made = []
+    for job in (paused, completed):
+        response = await api.client.post(f"/v1/jobs/{job['id']}/backfill", json=window(1 / 24))
+        assert response.status_code == 202, response.text
+        made.append(response.json())
+    lane = BackfillLane(api.store, api.clock, LaneConfig(rate_per_s=1000))
+    for _ in range(3):
+        api.clock.advance(timedelta(seconds=1))
+        await lane.run_once()
+    for job, backfill in zip((paused, completed), made, strict=True):
+        done = (await api.client.get(f"/v1/backfills/{backfill['id']}")).json()
+        assert (done["state"], done["done"]) == ("completed", 60)
+        assert len(await api.store.list_runs(job["id"], limit=100)) == 60
+    states = [
+        (await api.client.get(f"/v1/jobs/{j['id']}")).json()["state"] for j in (paused, completed)
+    ]
+    assert states == ["paused", "completed"]  # the backfill does not re-arm either

@@ -232,3 +232,72 @@ async def test_the_default_window_is_the_last_day_and_the_coming_hour(api: Api) 
     # From 19:00 (the day before 19:00 today, the end being now + 1 hour) to 19:00 today.
     assert instants[0] == "2026-01-15T19:00:00Z"
     assert instants[-1] == "2026-01-16T19:00:00Z"
+
+
+async def test_the_guides_pause_timeline(api: Api) -> None:
+    """docs/policies.md, Pause and resume: every minute, paused at 12:00:30, resumed at
+    12:10:30. Resumed from now, the next run is 12:11; resumed with catch-up, coalesce fires
+    one run for 12:10 and skip fires none (next run 12:11). (fire_all's ten runs wait for the
+    catch-up rewrite; the planner's test covers its one-by-one fires.)"""
+    jobs = {
+        name: await create(api, name=name, schedule={"every": "PT1M", "misfire": misfire})
+        for name, misfire in (("from-now", "coalesce"), ("coalesce", "coalesce"), ("skip", "skip"))
+    }
+    service = scheduler(api)
+    await tick_at(api, service, 0)  # 12:00 fires for each
+    api.clock.advance(timedelta(seconds=30))
+    for job in jobs.values():
+        await api.client.post(f"/v1/jobs/{job['id']}/pause")
+    api.clock.advance(timedelta(minutes=10))
+    for name, job in jobs.items():
+        body = None if name == "from-now" else {"catch_up": True}
+        resumed = await api.client.post(f"/v1/jobs/{job['id']}/resume", json=body)
+        assert resumed.status_code == 200, resumed.text
+    await tick_at(api, service, 0)  # 12:10:30
+    await tick_at(api, service, 0.5)  # 12:11
+
+    async def fired(name: str) -> list[tuple[str, int]]:
+        runs = (await api.client.get(f"/v1/jobs/{jobs[name]['id']}/runs")).json()["runs"]
+        return sorted((r["scheduled_for"][11:16], r["coalesced"]) for r in runs)
+
+    assert await fired("from-now") == [("12:00", 0), ("12:11", 0)]
+    assert await fired("coalesce") == [("12:00", 0), ("12:10", 9), ("12:11", 0)]
+    assert await fired("skip") == [("12:00", 0), ("12:11", 0)]
+
+
+async def test_explain_names_the_bounds_max_runs_and_clock_change(api: Api) -> None:
+    """The parts of `explain` the other tests leave out: an interval and its anchor with the
+    bounds and max_runs, a one-shot's instant, and what a clock change did (preview's note)."""
+    schedule = {
+        "every": "PT1H",
+        "anchor": "2026-01-15T12:15:00Z",
+        "start_at": "2026-01-15T13:00:00Z",
+        "end_at": "2026-01-20T00:00:00Z",
+    }
+    every = await create(api, schedule=schedule, max_runs=5)
+    found = await explain(api, every["id"], "2026-01-15T13:00:00Z")
+    assert found["occurrence"] == "2026-01-15T13:15:00Z"
+    assert found["rule"] == {
+        "kind": "every",
+        "cron": None,
+        "timezone": None,
+        "local": None,
+        "every": "PT1H",
+        "anchor": "2026-01-15T12:15:00Z",
+        "at": None,
+        "start_at": "2026-01-15T13:00:00Z",
+        "end_at": "2026-01-20T00:00:00Z",
+    }
+    assert (found["max_runs"], found["fired_count"], found["dst"]) == (5, 0, None)
+
+    at = await create(api, schedule={"at": "2026-01-16T08:00:00Z"})
+    rule = (await explain(api, at["id"], "2026-01-15T12:00:00Z"))["rule"]
+    assert (rule["kind"], rule["at"]) == ("at", "2026-01-16T08:00:00Z")
+
+    fall_back = {"cron": "30 1 * * *", "timezone": "America/New_York", "dst": {"repeat": "second"}}
+    cron = await create(api, schedule=fall_back)
+    found = await explain(api, cron["id"], "2026-11-01T05:00:00Z")
+    assert found["occurrence"] == "2026-11-01T06:30:00Z"
+    assert found["rule"]["local"] == "2026-11-01T01:30:00-05:00"
+    assert found["dst"]["repeat"] == "second"
+    assert found["dst"]["note"].endswith("fires at the second (EDT->EST), as dst repeat: second")

@@ -133,3 +133,17 @@ async def test_max_runs_patched_at_or_below_the_fires_completes_and_above_rearms
     assert (done["state"], done["next_run_at"]) == ("completed", None)
     again = await patch(api, job["id"], {"max_runs": 5})
     assert (again["state"], again["next_run_at"]) == ("scheduled", "2026-01-15T12:02:00Z")
+
+
+async def test_max_runs_patched_to_null_rearms_a_completed_job(api: Api) -> None:
+    job = await create(api, schedule={"every": "PT1M"}, max_runs=2)
+    for _ in range(3):  # the third claim finds nothing: the second fire completed the job
+        now = api.clock.now()
+        plans = [plan_claim(d, now) for d in await api.store.due_jobs(now, 10)]
+        await api.store.claim(plans, owner="test", lease_until=now, now=now)
+        api.clock.advance(timedelta(minutes=1))
+    done = (await api.client.get(f"/v1/jobs/{job['id']}")).json()
+    assert (done["state"], done["fired_count"], done["next_run_at"]) == ("completed", 2, None)
+    unlimited = await patch(api, job["id"], {"max_runs": None})
+    assert (unlimited["state"], unlimited["max_runs"]) == ("scheduled", None)
+    assert unlimited["next_run_at"] == "2026-01-15T12:03:00Z"  # the clock is at 12:03 now

@@ -729,3 +729,20 @@ def test_keys_are_made_with_database_access_and_work_against_the_api(
     assert json.loads(capsys.readouterr().out)["keys"][0]["revoked_at"] is not None
     assert run(["keys", "revoke", "key_nope", "--db", db]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_resume_catch_up_starts_where_the_job_was_paused(cli: Any, server: Server) -> None:
+    caught_up = cli(*create_args("--every", "60", "--name", "catch-up", "--json")).json()
+    from_now = cli(*create_args("--every", "60", "--name", "from-now", "--json")).json()
+    for job in (caught_up, from_now):
+        assert cli("jobs", "pause", job["id"]).code == 0
+    before = server.clock.now()
+    server.clock.advance(timedelta(minutes=10, seconds=30))
+    try:
+        again = cli("jobs", "resume", caught_up["id"], "--catch-up", "--json").json()
+        later = cli("jobs", "resume", from_now["id"], "--json").json()
+    finally:
+        server.clock.set(before)  # the server is shared by this module's tests
+    assert again["next_run_at"] == caught_up["next_run_at"]  # the misfire policy decides
+    skipped_to = datetime.fromisoformat(later["next_run_at"].replace("Z", "+00:00"))
+    assert skipped_to > before + timedelta(minutes=10)

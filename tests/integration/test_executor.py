@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from tickwork.clock import SystemClock, utc_iso
+from tickwork.domain.backfills import Backfill, BackfillKind, BackfillSlice, BackfillState
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.retry import RetryPolicy
-from tickwork.domain.runs import RunStatus
+from tickwork.domain.runs import RunOrigin, RunStatus
 from tickwork.store.base import ClaimPlan
 from tickwork.store.sqlite import SqliteStore
 from tickwork.worker.executor import Executor, ExecutorConfig
@@ -186,3 +187,39 @@ async def test_signed_requests_verify_with_the_receiver_helper(
     assert verified.duplicate is False
     with pytest.raises(Exception, match="signature"):
         verify(headers=hit.headers, body=hit.body + b"x", secrets=[new])
+
+
+async def test_a_backfill_runs_webhook_carries_its_occurrence_and_its_own_key(
+    store: SqliteStore, receiver: Receiver
+) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    job = await add_job(store, 1, receiver.url("/ok"), now + timedelta(hours=1))
+    replayed = now - timedelta(hours=1)
+    backfill = await store.create_backfill(
+        Backfill(
+            id=0, job_id=job.id, tenant=job.tenant, kind=BackfillKind.BACKFILL,
+            from_at=replayed, to_at=now, cursor_at=None, total=1, done=0,
+            state=BackfillState.RUNNING, rate_per_s=1.0, created_at=now, updated_at=now,
+            paced_at=now,
+        )
+    )  # fmt: skip
+    advance = BackfillSlice(
+        backfill_id=backfill.id,
+        job_id=job.id,
+        origin=RunOrigin.BACKFILL,
+        expected_cursor=None,
+        occurrences=(replayed,),
+        completes=True,
+        paced_at=now,
+    )
+    assert await store.advance_backfill(advance, now=now) == 1
+    fires = await store.lease_runs(
+        now=now, owner="t", lease_until=now + timedelta(minutes=1), limit=5
+    )
+    async with WebhookRunner(policy=LOOPBACK) as runner:
+        executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
+        executor.submit(fires)
+        await executor.drain()
+    [hit] = receiver.for_path("/ok")
+    assert hit.headers["tickwork-scheduled-for"] == utc_iso(replayed)
+    assert hit.key == f"{job.id}:{int(replayed.timestamp() * 1000)}:backfill"

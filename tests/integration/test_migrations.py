@@ -411,6 +411,37 @@ async def test_0008_leaves_every_tenant_without_lists_and_keeps_its_settings(
             await store.close()
 
 
+# -- 0009: run policies --------------------------------------------------------------------------
+
+
+async def test_jobs_from_before_the_overlap_policy_are_allow(sqlite_url: str, pg_dsn: str) -> None:
+    """docs/policies.md: `allow` is the default for jobs created before the policy existed."""
+    for url in (sqlite_url, pg_dsn):
+        assert await upgrade(url, "0008") == "0008"
+        path = sqlite_path(url)
+        if path is not None:
+            with sqlite3.connect(path) as conn:
+                conn.execute(_JOB_AT_0005.replace("$", "?"), ("old", "acme"))
+        else:
+            conn_pg = await asyncpg.connect(url)
+            try:
+                await conn_pg.execute(_JOB_AT_0005, "old", "acme")
+            finally:
+                await conn_pg.close()
+        assert await upgrade(url) == HEAD
+        read = "SELECT overlap, max_runs, fired_count FROM tw_jobs WHERE id = 'old'"
+        if path is not None:
+            with sqlite3.connect(path) as conn:
+                found = conn.execute(read).fetchone()
+        else:
+            conn_pg = await asyncpg.connect(url)
+            try:
+                found = tuple(await conn_pg.fetchrow(read))
+            finally:
+                await conn_pg.close()
+        assert found == ("allow", None, 0), url
+
+
 # -- errors -------------------------------------------------------------------------------------
 
 

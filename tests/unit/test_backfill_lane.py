@@ -156,3 +156,22 @@ async def test_a_cancelled_backfill_enqueues_no_more() -> None:
         await lane.run_once()
     assert (await store.get_backfill(created.id)).done == done
     assert len(await store.list_runs(j.id)) == done
+
+
+async def test_an_edit_during_a_backfill_applies_to_what_is_not_enqueued_yet() -> None:
+    store, clock, lane, j = await setup(lane_rate=1000)
+    created = await store.create_backfill(backfill_of(j, rate=100))
+    clock.advance(TICK)
+    await lane.run_once()  # 20 occurrences: 00:00 .. 00:19 of the day
+    stored = await store.get_job(j.id)
+    every_ten = Schedule(trigger=CronTrigger(expr="*/10 * * * *"))
+    await store.update_job(replace(stored, schedule=every_ten))
+    for _ in range(20):
+        clock.advance(TICK)
+        await lane.run_once()
+    runs = await store.list_runs(j.id, limit=5000)
+    minutes = sorted(round((r.scheduled_for - (T0 - DAY)) / timedelta(minutes=1)) for r in runs)
+    assert minutes == [*range(20), *range(20, 1440, 10)]
+    done = await store.get_backfill(created.id)
+    assert (done.state, done.done) == (BackfillState.COMPLETED, 20 + 142)
+    assert done.total == 1440  # counted once, when the backfill was created

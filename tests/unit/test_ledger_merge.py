@@ -94,12 +94,53 @@ def test_each_occurrence_gets_its_run_its_range_or_its_future() -> None:
         (RunStatus.SUCCEEDED, False, Outcome.FIRED),
         (RunStatus.FAILED, True, Outcome.DEAD_LETTERED),
         (RunStatus.FAILED, False, Outcome.FIRED),  # purged from the DLQ: it did fire
+        (RunStatus.CANCELLED, False, Outcome.CANCELLED),  # overlap cancel_previous
     ],
 )
 def test_a_runs_state_gives_its_outcome(status: RunStatus, dead: bool, outcome: Outcome) -> None:
     fired = run(1, 0, status=status, dead_lettered_at=T0 if dead else None)
     entries = merge_ledger(job(), T0, T0, runs=[fired], ranges=[], limit=10)
     assert [e.outcome for e in entries] == [outcome]
+
+
+@pytest.mark.parametrize("reason", list(LedgerReason))
+def test_each_recorded_reason_is_the_outcome_of_its_range(reason: LedgerReason) -> None:
+    # docs/policies.md, Outcomes: a range reads as its reason, naming the run it recorded.
+    run_id = 9 if reason in (LedgerReason.COALESCED_INTO, LedgerReason.SKIPPED_OVERLAP) else None
+    entries = merge_ledger(
+        job(), T0 + M, T0 + 3 * M, runs=[], ranges=[span(1, 3, reason, run_id)], limit=10
+    )
+    assert table(entries) == [(1, reason.value, 3, run_id)]
+    assert entries[0].last == T0 + 3 * M
+
+
+@pytest.mark.parametrize("origin", [RunOrigin.SCHEDULE, RunOrigin.CATCHUP])
+def test_each_late_fire_all_occurrence_is_fired_with_its_run(origin: RunOrigin) -> None:
+    """Missed occurrences fired one by one, late (fire_all), are each `fired` with their own
+    run, whether the claims or a catch-up fired them: no range, no `unknown`."""
+    late = [run(n, n, origin=origin, created_at=T0 + 4 * M) for n in range(4)]
+    entries = merge_ledger(
+        job(next_run_at=T0 + 4 * M), T0, T0 + 3 * M, runs=late, ranges=[], limit=10
+    )
+    assert table(entries) == [(n, "fired", 1, n) for n in range(4)]
+
+
+def test_the_runs_of_an_old_schedule_are_listed_at_their_instants() -> None:
+    """The past is read against the current schedule: runs fired on the hour by the old one are
+    still listed at their instants, and the current one's occurrences count from creation
+    (here it moved to half past, so its past half-hours hold nothing: `unknown`)."""
+    moved = job(
+        schedule=Schedule(trigger=EveryTrigger(interval_ms=60_000, anchor=T0 + M / 2)),
+        next_run_at=T0 + 2.5 * M,
+    )
+    entries = merge_ledger(moved, T0, T0 + 3 * M, runs=[run(1, 0), run(2, 1)], ranges=[], limit=10)
+    assert [(e.at, e.outcome.value, e.run_id) for e in entries] == [
+        (T0, "fired", 1),
+        (T0 + 0.5 * M, "unknown", None),
+        (T0 + M, "fired", 2),
+        (T0 + 1.5 * M, "unknown", None),
+        (T0 + 2.5 * M, "scheduled", None),
+    ]
 
 
 def test_manual_and_backfill_runs_are_extra_entries_after_the_occurrence_at_their_instant() -> None:

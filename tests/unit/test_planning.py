@@ -54,6 +54,25 @@ def test_misfire_policies(
 
 
 @pytest.mark.parametrize(
+    ("policy", "fire", "coalesced"),
+    [(MisfirePolicy.COALESCE, 4, 3), (MisfirePolicy.SKIP, None, 4)],
+)
+def test_the_guides_downtime_timeline(
+    policy: MisfirePolicy, fire: int | None, coalesced: int
+) -> None:
+    """docs/policies.md, Misfires: every minute, the scheduler down from 12:00:30 to 12:04:30
+    (12:00 fired before it went down). coalesce: one run for 12:04, coalesced 3; skip: none,
+    next run 12:05. (Its fire_all line waits for the catch-up rewrite.)"""
+    minute = timedelta(minutes=1)
+    schedule = Schedule(trigger=EveryTrigger(interval_ms=60_000, anchor=T0), misfire=policy)
+    plan = plan_claim(due(schedule, T0 + minute), T0 + 4.5 * minute)
+    expected_fire = None if fire is None else T0 + fire * minute
+    assert (plan.scheduled_for, plan.coalesced) == (expected_fire, coalesced)
+    assert plan.new_next_run_at == T0 + 5 * minute
+    assert Schedule(trigger=schedule.trigger).misfire is MisfirePolicy.COALESCE  # the default
+
+
+@pytest.mark.parametrize(
     ("policy", "now", "missed"),
     [
         (MisfirePolicy.COALESCE, T0 + 0.5 * S, None),  # on time: nothing missed

@@ -952,7 +952,9 @@ class JobOut(_Output):
             fired_count=job.fired_count,
             pause_note=job.pause_note,
             paused_at=_iso(job.paused_at),
-            next_run_at=_iso(job.next_run_at),
+            # The store keeps a completed job's last instant (its claim only moves state); to
+            # the user a completed job has no next run.
+            next_run_at=None if job.state is JobState.COMPLETED else _iso(job.next_run_at),
             last_fired_at=_iso(job.last_fired_at),
             fence_token=job.fence_token,
             created_at=utc_iso(job.created_at),

@@ -121,7 +121,17 @@ def dst_note(job: Job, occurrence: datetime) -> str | None:
     trigger = job.schedule.trigger
     if not isinstance(trigger, CronTrigger):
         return None
-    found = preview_cron(trigger.expr, trigger.timezone, occurrence - _ONE_US, 1)
+    # With the job's own DST choices: the defaults could place the occurrence elsewhere (a
+    # repeated hour fired at its second pass) and the note would be lost.
+    schedule = job.schedule
+    found = preview_cron(
+        trigger.expr,
+        trigger.timezone,
+        occurrence - _ONE_US,
+        1,
+        gap=schedule.dst_gap,
+        repeat=schedule.dst_repeat,
+    )
     return found[0].note if found and found[0].utc == occurrence else None
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from tickwork.clock import ManualClock
 from tickwork.domain.jobs import (
+    AtTrigger,
     CronTrigger,
     EveryTrigger,
     JobState,
@@ -157,3 +158,40 @@ async def test_two_manual_triggers_in_the_same_millisecond_are_two_runs(
     assert first.id != second.id
     assert first.key != second.key
     assert first.scheduled_for == second.scheduled_for
+
+
+async def test_a_resume_with_catch_up_records_nothing_in_the_ledger(
+    service: JobService, store: MemoryStore, clock: ManualClock
+) -> None:
+    # A resume from now records what it passed over as `paused`; with catch-up the misfire
+    # policy decides those occurrences later, so the resume itself records nothing.
+    from_now, caught_up = await service.create(every_minute()), await service.create(every_minute())
+    for job in (from_now, caught_up):
+        await service.pause(job.id)
+    clock.advance(timedelta(minutes=10, seconds=30))
+    await service.resume(from_now.id)
+    await service.resume(caught_up.id, catch_up=True)
+    window = (NOW - MINUTE, NOW + 20 * MINUTE)
+    [passed] = await store.list_occurrences(from_now.id, *window, limit=10)
+    assert (passed.first, passed.last, passed.count) == (NOW, NOW + 10 * MINUTE, 11)
+    assert await store.list_occurrences(caught_up.id, *window, limit=10) == []
+
+
+async def test_a_one_shot_paused_past_its_instant_fires_once_at_resume(
+    service: JobService, store: MemoryStore, clock: ManualClock
+) -> None:
+    # docs/api.md, resume: a one-shot whose instant passed while paused has not fired yet.
+    at = NOW + MINUTE
+    job = await service.create(
+        JobSpec(name="once", schedule=Schedule(trigger=AtTrigger(at=at)), target=TARGET)
+    )
+    await service.pause(job.id)
+    clock.advance(timedelta(hours=1))
+    resumed = await service.resume(job.id)
+    assert (resumed.state, resumed.next_run_at) == (JobState.SCHEDULED, at)
+    [due] = await store.due_jobs(clock.now(), 10)
+    plan = plan_claim(due, clock.now())
+    [fire] = await store.claim([plan], owner="t", lease_until=clock.now(), now=clock.now())
+    assert fire.scheduled_for == at
+    assert (await service.get(job.id)).state is JobState.COMPLETED
+    assert await store.due_jobs(clock.now() + timedelta(days=1), 10) == []
