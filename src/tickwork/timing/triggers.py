@@ -64,17 +64,22 @@ def validate_schedule(schedule: Schedule) -> None:
 
 
 _CATCHUP_WINDOW = "schedule.catchup_window"
-_CATCHUP_WINDOW_FIX = "give a duration from PT1S to P366D, e.g. 'PT6H' (the default is P1D)"
+_CATCHUP_WINDOW_FIX = (
+    "give an ISO-8601 duration from PT1S to P366D in weeks, days, hours, minutes or seconds,"
+    " e.g. 'PT6H' or 'P2D' (the default is P1D)"
+)
 
 
 def parse_catchup_window_ms(value: str | int | float) -> int:
     """`schedule.catchup_window` (ISO-8601 or seconds) in milliseconds, PT1S .. P366D."""
     try:
         window_ms = parse_duration_ms(value, field=_CATCHUP_WINDOW)
-    except InvalidInput as exc:
-        if exc.code not in ("interval_too_short", "interval_too_long"):
-            raise
-        window_ms = -1  # out of range: the message below says which range
+    except InvalidInput:
+        # One message for every way it is wrong: the interval parser's speaks of schedules
+        # (and the value is not echoed: a number may have thousands of digits).
+        raise InvalidInput(
+            _CATCHUP_WINDOW, _CATCHUP_WINDOW_FIX, code="invalid_catchup_window"
+        ) from None
     _check_catchup_window(window_ms)
     return window_ms
 
