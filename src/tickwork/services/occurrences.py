@@ -163,6 +163,8 @@ def summary(
             f"coalesced into {into} after downtime: missed past the misfire grace, one of"
             f" {entry.count} folded into the latest"
         )
+    if outcome is Outcome.SKIPPED_MISFIRE and entry is not None and entry.catchup_id is not None:
+        return f"skipped: its catch-up {entry.catchup_id} was cancelled before firing it"
     if outcome is Outcome.SKIPPED_MISFIRE and job.schedule.misfire is MisfirePolicy.FIRE_ALL:
         window = format_duration_ms(job.schedule.catchup_window_ms)
         return (

@@ -11,8 +11,9 @@ Every occurrence the job's schedule implies in the window gets exactly one entry
 - else the ledger range holding it (one entry per range, `count` occurrences from `at` to
   `last`): `skipped_overlap`, `skipped_misfire`, `coalesced_into` (`run_id` the run fired
   instead), `paused`, `throttled`;
-- else the job's running catch-up backfill holding it (misfire fire_all: missed within the
-  catchup_window, not enqueued yet): `scheduled`, with a reason naming the catch-up;
+- else the job's catch-up backfill holding it (misfire fire_all: missed within the
+  catchup_window, not enqueued yet): `scheduled`, with a reason naming the catch-up, or
+  `skipped_misfire` if that catch-up was cancelled;
 - else, from the job's next_run_at on: `scheduled` (or `paused` while the job is paused: the
   resume records them, or, caught up, the misfire policy decides);
 - else `unknown`: nothing recorded for a past occurrence. The ledger's promise is that this
@@ -209,10 +210,11 @@ def _unrecorded(
 
 
 def _catching_up(catchups: Sequence[Backfill], instant: datetime) -> Backfill | None:
-    """The running catch-up that has `instant` still to enqueue, if any."""
+    """The catch-up that holds `instant` and has not enqueued it (running, or cancelled
+    before it did), if any."""
     for backfill in catchups:
         if (
-            backfill.state is BackfillState.RUNNING
+            backfill.state is not BackfillState.COMPLETED
             and backfill.from_at <= instant < backfill.to_at
             and (backfill.cursor_at is None or instant > backfill.cursor_at)
         ):
@@ -221,11 +223,19 @@ def _catching_up(catchups: Sequence[Backfill], instant: datetime) -> Backfill | 
 
 
 def _caught_up(catchup: Backfill, instant: datetime) -> Entry:
-    reason = (
-        f"missed while the scheduler was down; catch-up {catchup.id} will fire it late, paced"
-        " (misfire policy fire_all)"
-    )
-    return Entry(at=instant, outcome=Outcome.SCHEDULED, reason=reason, catchup_id=catchup.id)
+    if catchup.state is BackfillState.CANCELLED:
+        reason = (
+            f"missed while the scheduler was down; its catch-up {catchup.id} was cancelled"
+            " before firing it (misfire policy fire_all)"
+        )
+        outcome = Outcome.SKIPPED_MISFIRE
+    else:
+        reason = (
+            f"missed while the scheduler was down; catch-up {catchup.id} will fire it late,"
+            " paced (misfire policy fire_all)"
+        )
+        outcome = Outcome.SCHEDULED
+    return Entry(at=instant, outcome=outcome, reason=reason, catchup_id=catchup.id)
 
 
 def beyond_catchup_window(schedule: Schedule) -> str:
