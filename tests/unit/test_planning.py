@@ -305,3 +305,15 @@ def test_the_last_fire_of_max_runs_says_where_to_go_if_it_is_skipped(
     assert plan.next_if_skipped == expected
     not_last = plan_claim(replace(due(every_second(overlap=policy, max_runs=3)), fired_count=1), T0)
     assert not_last.next_if_skipped is None
+
+
+def test_a_catch_up_is_counted_exactly_for_an_interval_and_as_far_as_coalesce_for_a_cron() -> None:
+    """Counting a cron walks its occurrences inside the tick: no further than coalesce does
+    (10,000); an interval is counted by arithmetic, at any size."""
+    day = timedelta(days=1)
+    interval = plan_claim(due(every_second(MisfirePolicy.FIRE_ALL)), T0 + day + 0.5 * S)
+    assert (interval.catchup_first, interval.catchup_total) == (T0 + S, 86_399)  # T0: older
+    cron = Schedule(trigger=CronTrigger(expr="* * * * * *"), misfire=MisfirePolicy.FIRE_ALL)
+    walked = plan_claim(due(cron), T0 + day + 0.5 * S)
+    assert walked.catchup_last == T0 + day - S
+    assert walked.catchup_total == 10_001  # a lower bound: the lane replays the whole range
