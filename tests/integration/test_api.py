@@ -124,6 +124,7 @@ async def test_create_cron_job_returns_it_armed(api: Api) -> None:
             "end_at": None,
             "misfire": "coalesce",
             "misfire_grace": "PT1S",
+            "catchup_window": "P1D",
             "dst": {"gap": "cron", "repeat": "cron"},
         },
         "target": {
@@ -188,6 +189,7 @@ async def test_all_schedule_options_round_trip(api: Api) -> None:
         "end_at": "2026-03-01T00:00:00.250Z",
         "misfire": "fire_all",
         "misfire_grace": "PT1M",
+        "catchup_window": "PT6H",
         "dst": {"gap": "skip", "repeat": "second"},
     }
     target = {"url": "http://example.com:9/x", "method": "put", "timeout": 2.5}

@@ -147,3 +147,36 @@ async def test_max_runs_patched_to_null_rearms_a_completed_job(api: Api) -> None
     unlimited = await patch(api, job["id"], {"max_runs": None})
     assert (unlimited["state"], unlimited["max_runs"]) == ("scheduled", None)
     assert unlimited["next_run_at"] == "2026-01-15T12:03:00Z"  # the clock is at 12:03 now
+
+
+async def test_catchup_window_is_a_schedule_field_with_a_default_of_a_day(api: Api) -> None:
+    job = await create(api, schedule={"every": "PT1M", "misfire": "fire_all"})
+    assert job["schedule"]["catchup_window"] == "P1D"
+    made = await create(
+        api, schedule={"every": "PT1M", "misfire": "fire_all", "catchup_window": "PT6H"}
+    )
+    assert made["schedule"]["catchup_window"] == "PT6H"
+    fetched = (await api.client.get(f"/v1/jobs/{made['id']}")).json()
+    assert fetched["schedule"]["catchup_window"] == "PT6H"
+    # A PATCH of the schedule changes only what it names, the window included.
+    edited = await patch(api, made["id"], {"schedule": {"catchup_window": "PT30M"}})
+    assert (edited["schedule"]["catchup_window"], edited["schedule"]["every"]) == ("PT30M", "PT1M")
+    kept = await patch(api, made["id"], {"schedule": {"misfire_grace": "PT5S"}})
+    assert kept["schedule"]["catchup_window"] == "PT30M"
+    # Accepted with the other policies too, where it is unused.
+    coalescing = await create(api, schedule={"every": "PT1M", "catchup_window": 3600})
+    assert coalescing["schedule"]["catchup_window"] == "PT1H"
+
+
+@pytest.mark.parametrize("window", ["PT0.5S", "P367D", "P1M", "soon", 0, -5])
+async def test_a_bad_catchup_window_is_refused_naming_the_field_and_the_range(
+    api: Api, window: object
+) -> None:
+    body = job_body(schedule={"every": "PT1M", "misfire": "fire_all", "catchup_window": window})
+    error = error_of(await api.client.post("/v1/jobs", json=body), 422)
+    assert error["field"] == "schedule.catchup_window"
+    job = await create(api, schedule={"every": "PT1M", "misfire": "fire_all"})
+    response = await api.client.patch(
+        f"/v1/jobs/{job['id']}", json={"schedule": {"catchup_window": window}}
+    )
+    assert error_of(response, 422)["field"] == "schedule.catchup_window"

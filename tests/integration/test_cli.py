@@ -134,6 +134,18 @@ def test_create_every_and_at_and_with_options(cli: Any) -> None:
     assert job["next_run_at"] == "2026-02-01T00:00:00Z"
 
 
+def test_create_with_a_catchup_window_and_get_shows_it(cli: Any) -> None:
+    args = ["--every", "PT1M", "--misfire", "fire_all", "--catchup-window", "PT6H", "--json"]
+    job = cli(*create_args(*args)).json()
+    assert (job["schedule"]["misfire"], job["schedule"]["catchup_window"]) == ("fire_all", "PT6H")
+    shown = cli("jobs", "get", job["id"])
+    assert shown.code == 0
+    assert "catch-up window" in shown.out
+    assert "PT6H" in shown.out
+    other = cli(*create_args("--every", "PT1M", "--json")).json()  # coalesce: the default P1D
+    assert "P1D (unused: not fire_all)" in cli("jobs", "get", other["id"]).out
+
+
 def test_create_from_a_file(cli: Any, tmp_path: Path) -> None:
     body = {
         "name": "from-file",
@@ -543,6 +555,10 @@ def test_local_bad_input_exits_2_with_one_line(cli: Any, args: list[str], needle
         (["--every", "30", "--max-attempts", "many"], "--max-attempts"),
         (["--every", "30", "--overlap", "sometimes"], "overlap (--overlap)"),
         (["--every", "30", "--max-runs", "0"], "max_runs (--max-runs)"),
+        (
+            ["--every", "30", "--catchup-window", "PT0S"],
+            "schedule.catchup_window (--catchup-window)",
+        ),
     ],
 )
 def test_api_bad_input_exits_2_naming_the_flag(cli: Any, extra: list[str], needle: str) -> None:

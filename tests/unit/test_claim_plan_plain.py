@@ -39,6 +39,11 @@ def test_an_on_time_allow_fire_is_plain() -> None:
         {"overlap": OverlapPolicy.BUFFER_ONE},
         {"overlap": OverlapPolicy.CANCEL_PREVIOUS},
         {"next_if_skipped": T + timedelta(minutes=1)},
+        {
+            "catchup_first": T - timedelta(minutes=3),
+            "catchup_last": T - timedelta(minutes=1),
+            "catchup_total": 3,
+        },
     ],
 )
 def test_policy_work_makes_a_plan_not_plain(changes: dict[str, object]) -> None:

@@ -9,7 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
+from tickwork.domain.backfills import Backfill, BackfillKind, BackfillState
+from tickwork.domain.jobs import (
+    EveryTrigger,
+    Job,
+    JobState,
+    MisfirePolicy,
+    Schedule,
+    WebhookTarget,
+)
 from tickwork.domain.occurrences import LedgerRange, LedgerReason
 from tickwork.domain.runs import Run, RunOrigin, RunStatus
 from tickwork.services.rules import resumed
@@ -240,3 +248,75 @@ def test_a_resume_never_replans_an_occurrence_claimed_ahead_of_the_pause(catch_u
     )
     back = resumed(paused, T0 + 5 * M - timedelta(0, 0.05), catch_up=catch_up)
     assert back.next_run_at == T0 + 6 * M
+
+
+def catchup(state: BackfillState, cursor_minute: int | None) -> Backfill:
+    """Job j's catch-up of minutes 1..3 (created when the claim at minute 4 found it late)."""
+    return Backfill(
+        id=42,
+        job_id="j",
+        tenant="default",
+        kind=BackfillKind.CATCHUP,
+        from_at=T0 + M,
+        to_at=T0 + 3 * M + timedelta(microseconds=1),
+        cursor_at=None if cursor_minute is None else T0 + cursor_minute * M,
+        total=3,
+        done=0 if cursor_minute is None else cursor_minute,
+        state=state,
+        rate_per_s=50.0,
+        created_at=T0 + 4 * M,
+        updated_at=T0 + 4 * M,
+        paced_at=T0 + 4 * M,
+    )
+
+
+FIRE_ALL_WINDOW = Schedule(
+    trigger=EveryTrigger(interval_ms=60_000, anchor=T0),
+    misfire=MisfirePolicy.FIRE_ALL,
+    catchup_window_ms=150_000,  # PT2M30S
+)
+
+
+@pytest.mark.parametrize(
+    ("state", "cursor", "expected"),
+    [
+        # Not begun: minutes 1..3 are to come, by catch-up 42.
+        (BackfillState.RUNNING, None, ["fired", "scheduled", "scheduled", "scheduled", "fired"]),
+        # Minute 1 enqueued (its catchup run is listed), 2 and 3 still to come.
+        (BackfillState.RUNNING, 1, ["fired", "fired", "scheduled", "scheduled", "fired"]),
+        # Cancelled after minute 1: the rest never fires.
+        (
+            BackfillState.CANCELLED,
+            1,
+            ["fired", "fired", "skipped_misfire", "skipped_misfire", "fired"],
+        ),
+    ],
+)
+def test_a_catch_ups_occurrences_read_as_to_come_by_it_until_its_runs_exist(
+    state: BackfillState, cursor: int | None, expected: list[str]
+) -> None:
+    late = job(schedule=FIRE_ALL_WINDOW, next_run_at=T0 + 5 * M)
+    runs = [run(1, 0), run(2, 4)]
+    if cursor is not None:
+        runs.append(run(3, 1, origin=RunOrigin.CATCHUP, key="j:1:catchup"))
+    entries = merge_ledger(
+        late, T0, T0 + 4 * M, runs=runs, ranges=[], limit=100, backfills=[catchup(state, cursor)]
+    )
+    assert [e.outcome.value for e in entries] == expected
+    to_come = [e for e in entries if e.outcome is Outcome.SCHEDULED]
+    assert all("catch-up 42 will fire it late" in e.reason for e in to_come)
+    assert all(e.catchup_id == 42 for e in to_come)
+
+
+def test_a_fire_all_skipped_range_says_it_was_older_than_the_catchup_window() -> None:
+    late = job(schedule=FIRE_ALL_WINDOW, next_run_at=T0 + 5 * M)
+    entries = merge_ledger(
+        late,
+        T0,
+        T0 + 4 * M,
+        runs=[run(1, 4)],
+        ranges=[span(0, 3, LedgerReason.SKIPPED_MISFIRE)],
+        limit=100,
+    )
+    assert [e.outcome for e in entries] == [Outcome.SKIPPED_MISFIRE, Outcome.FIRED]
+    assert "older than catchup_window (PT2M30S)" in entries[0].reason

@@ -3,7 +3,11 @@ JobService against MemoryStore and SqliteStore with a manual clock, through rand
 misfire policies, scheduler downtime (stopped while time passes, then a new instance), slow
 ticks, pauses and resumes; then every occurrence the schedule implied up to the job's
 next_run_at has exactly one record (its run, or one ledger range holding it), nothing else is
-recorded, and the merged view lists no occurrence as `unknown`."""
+recorded, and the merged view lists no occurrence as `unknown`.
+
+misfire fire_all hands the missed occurrences within its catchup_window to a catch-up backfill
+(the paced lane runs beside the scheduler here): each of them is recorded once, by its
+`catchup` run once the lane enqueued it, or by the running catch-up until then."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tickwork.clock import ManualClock
+from tickwork.domain.backfills import BackfillKind, BackfillState
 from tickwork.domain.jobs import (
     CronTrigger,
     EveryTrigger,
@@ -27,6 +32,7 @@ from tickwork.domain.jobs import (
     WebhookTarget,
 )
 from tickwork.domain.runs import Fire, RunOrigin
+from tickwork.scheduler.backfill_lane import BackfillLane, LaneConfig
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
 from tickwork.services.jobs import JobService, JobSpec
 from tickwork.services.rules import ANCHOR_AT_ACCEPT
@@ -120,6 +126,7 @@ async def _drive(
         executor = None if hand_off else dispatch
         return SchedulerService(store, clock, SchedulerConfig(node_id="n"), dispatch=executor)
 
+    lane = BackfillLane(store, clock, LaneConfig())
     scheduler = new_scheduler()
     for step in plan:
         if isinstance(step, Run):
@@ -130,10 +137,12 @@ async def _drive(
                     break
                 clock.set(max(due + timedelta(milliseconds=step.lag_ms), clock.now()))
                 await scheduler.run_once()
+                await lane.run_once()
             clock.set(max(end, clock.now()))
         elif isinstance(step, Down):
             clock.advance(timedelta(seconds=step.seconds))
             scheduler = new_scheduler()  # a restart: nothing carried over but the store
+            lane = BackfillLane(store, clock, LaneConfig())
         elif isinstance(step, Pause):
             if (await store.get_job(job.id)).state is JobState.SCHEDULED:
                 await jobs.pause(job.id, "maintenance")
@@ -146,10 +155,18 @@ async def _check(store: ScheduleStore, job_id: str, now: datetime) -> None:
     job = await store.get_job(job_id)
     runs = await store.runs_scheduled_between(job_id, START - FAR, now + FAR, limit=BIG)
     ranges = await store.list_occurrences(job_id, START - FAR, now + FAR, limit=BIG)
+    backfills = await store.list_backfills(job_id, limit=BIG)
     recorded: Counter[datetime] = Counter()
     for run in runs:
-        assert run.origin is RunOrigin.SCHEDULE
+        assert run.origin in (RunOrigin.SCHEDULE, RunOrigin.CATCHUP)
         recorded[run.scheduled_for] += 1
+    for backfill in backfills:  # only fire_all makes them; what the lane has yet to enqueue
+        assert backfill.kind is BackfillKind.CATCHUP
+        assert job.schedule.misfire is MisfirePolicy.FIRE_ALL
+        if backfill.state is BackfillState.RUNNING:
+            after = backfill.cursor_at or backfill.from_at - timedelta(microseconds=1)
+            last = backfill.to_at - timedelta(microseconds=1)
+            recorded.update(t for t in occurrences_of(job.schedule, after, last) if t > after)
     for span in ranges:
         inside = occurrences_of(job.schedule, span.first, span.last)
         assert len(inside) == span.count, span
@@ -171,7 +188,7 @@ async def _check(store: ScheduleStore, job_id: str, now: datetime) -> None:
         f"missing {sorted(set(implied) - set(recorded))[:5]}, "
         f"extra {sorted(set(recorded) - set(implied))[:5]}"
     )
-    merged = merge_ledger(job, START, now, runs=runs, ranges=ranges, limit=BIG)
+    merged = merge_ledger(job, START, now, runs=runs, ranges=ranges, limit=BIG, backfills=backfills)
     assert [e for e in merged if e.outcome is Outcome.UNKNOWN] == []
     assert sum(e.count for e in merged if e.at <= now) >= len([t for t in implied if t <= now])
 

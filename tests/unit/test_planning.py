@@ -17,6 +17,7 @@ from tickwork.domain.jobs import (
 )
 from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
 from tickwork.store.base import DueJob
+from tickwork.timing.triggers import next_occurrence
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -39,8 +40,9 @@ def due(schedule: Schedule, next_run_at: datetime = T0, fence: int = 3) -> DueJo
         (MisfirePolicy.SKIP, T0 + S, T0, 0, T0 + S),
         # 10.5 s late: coalesce fires the latest missed (T0+10) once, counting 10 folded
         (MisfirePolicy.COALESCE, T0 + 10.5 * S, T0 + 10 * S, 10, T0 + 11 * S),
-        # fire_all fires the oldest and lets the rest come due one by one
-        (MisfirePolicy.FIRE_ALL, T0 + 10.5 * S, T0, 0, T0 + S),
+        # fire_all fires the latest on time too, folding nothing (the rest: a catch-up)
+        (MisfirePolicy.FIRE_ALL, T0 + 10.5 * S, T0 + 10 * S, 0, T0 + 11 * S),
+        (MisfirePolicy.FIRE_ALL, T0 + S, T0, 0, T0 + S),  # within the grace: on time
         # skip fires nothing and resumes after now; all 11 missed are counted
         (MisfirePolicy.SKIP, T0 + 10.5 * S, None, 11, T0 + 11 * S),
     ],
@@ -76,7 +78,8 @@ def test_the_guides_downtime_timeline(
     ("policy", "now", "missed"),
     [
         (MisfirePolicy.COALESCE, T0 + 0.5 * S, None),  # on time: nothing missed
-        (MisfirePolicy.FIRE_ALL, T0 + 10.5 * S, None),  # each fires in turn: nothing missed
+        (MisfirePolicy.FIRE_ALL, T0 + 10.5 * S, None),  # all within the window: caught up
+        (MisfirePolicy.FIRE_ALL, T0 + 1.5 * S, None),  # only T0 missed: it fires, late
         (MisfirePolicy.COALESCE, T0 + 1.5 * S, (T0, T0)),  # T0 folded into T0+1
         (MisfirePolicy.COALESCE, T0 + 2.5 * S, (T0, T0 + S)),  # T0, T0+1 folded into T0+2
         (MisfirePolicy.COALESCE, T0 + 10.5 * S, (T0, T0 + 9 * S)),
@@ -92,6 +95,108 @@ def test_a_late_plan_names_the_range_it_folds_or_skips_for_the_ledger(
     assert found == missed
     if missed is not None:  # `coalesced` counts exactly the occurrences of the range
         assert plan.coalesced == round((missed[1] - missed[0]) / S) + 1
+
+
+H = timedelta(hours=1)
+MIN = timedelta(minutes=1)
+
+
+def hourly_fire_all(window: timedelta = timedelta(days=1), **kw: object) -> Schedule:
+    return Schedule(
+        trigger=CronTrigger(expr="0 * * * *"),
+        misfire=MisfirePolicy.FIRE_ALL,
+        catchup_window_ms=window // timedelta(milliseconds=1),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("schedule", "now", "fire", "skipped", "catchup"),
+    [
+        # Down 3 h 10 min: T0+3h fires on time; T0, T0+1h, T0+2h are caught up (window P1D).
+        (hourly_fire_all(), T0 + 3 * H + 10 * MIN, T0 + 3 * H, None, (T0, T0 + 2 * H, 3)),
+        # Window PT90M: cutoff T0+1h40: T0 and T0+1h are older, skipped; T0+2h caught up.
+        (
+            hourly_fire_all(90 * MIN),
+            T0 + 3 * H + 10 * MIN,
+            T0 + 3 * H,
+            (T0, T0 + H, 2),
+            (T0 + 2 * H, T0 + 2 * H, 1),
+        ),
+        # An occurrence exactly at the cutoff is within the window: caught up, not skipped.
+        (
+            hourly_fire_all(2 * H),
+            T0 + 3 * H,
+            T0 + 3 * H,
+            (T0, T0, 1),
+            (T0 + H, T0 + 2 * H, 2),
+        ),
+        # Window PT1S: every missed occurrence is older; none caught up, only the latest fires.
+        (hourly_fire_all(S), T0 + 3 * H + MIN, T0 + 3 * H, (T0, T0 + 2 * H, 3), None),
+        # A week down, default window (cutoff T0+144h01): 23 caught up, the 145 before skipped.
+        (
+            hourly_fire_all(),
+            T0 + 7 * 24 * H + MIN,
+            T0 + 7 * 24 * H,
+            (T0, T0 + 144 * H, 145),
+            (T0 + 145 * H, T0 + 167 * H, 23),
+        ),
+        # Only the due occurrence missed: it is the latest, it fires; nothing to catch up.
+        (hourly_fire_all(), T0 + 30 * MIN, T0, None, None),
+        # Every second, 10.5 s late: T0+10 fires, T0..T0+9 are one catch-up of 10.
+        (
+            every_second(MisfirePolicy.FIRE_ALL),
+            T0 + 10.5 * S,
+            T0 + 10 * S,
+            None,
+            (T0, T0 + 9 * S, 10),
+        ),
+    ],
+)
+def test_fire_all_late_fires_the_latest_and_catches_up_within_the_window(
+    schedule: Schedule,
+    now: datetime,
+    fire: datetime,
+    skipped: tuple[datetime, datetime, int] | None,
+    catchup: tuple[datetime, datetime, int] | None,
+) -> None:
+    plan = plan_claim(due(schedule), now)
+    assert (plan.scheduled_for, plan.coalesced) == (fire, 0)
+    assert plan.new_next_run_at == next_occurrence(schedule, now)
+    found_skipped = (
+        None
+        if plan.missed_first is None
+        else (plan.missed_first, plan.missed_last, plan.missed_count)
+    )
+    assert found_skipped == skipped
+    found_catchup = (
+        None
+        if plan.catchup_first is None
+        else (plan.catchup_first, plan.catchup_last, plan.catchup_total)
+    )
+    assert found_catchup == catchup
+
+
+def test_fire_all_late_at_max_runs_still_catches_up_and_completes() -> None:
+    """The latest fire counts towards max_runs; the catch-up runs do not (like backfills)."""
+    plan = plan_claim(
+        DueJob(
+            job_id="j",
+            fence_token=1,
+            next_run_at=T0,
+            schedule=hourly_fire_all(max_runs=3),
+            fired_count=2,
+        ),
+        T0 + 2 * H + MIN,
+    )
+    assert (plan.scheduled_for, plan.new_next_run_at) == (T0 + 2 * H, None)
+    assert (plan.catchup_first, plan.catchup_last, plan.catchup_total) == (T0, T0 + H, 2)
+
+
+def test_the_on_time_plan_carries_no_catch_up() -> None:
+    plan = plan_claim(due(hourly_fire_all()), T0 + timedelta(milliseconds=500))
+    assert (plan.scheduled_for, plan.missed_first, plan.missed_count) == (T0, None, None)
+    assert (plan.catchup_first, plan.catchup_last, plan.catchup_total) == (None, None, 0)
 
 
 def test_a_cron_coalesce_range_ends_at_the_occurrence_before_the_fire() -> None:
@@ -219,3 +324,15 @@ def test_the_last_fire_of_max_runs_says_where_to_go_if_it_is_skipped(
     assert plan.next_if_skipped == expected
     not_last = plan_claim(replace(due(every_second(overlap=policy, max_runs=3)), fired_count=1), T0)
     assert not_last.next_if_skipped is None
+
+
+def test_a_catch_up_is_counted_exactly_for_an_interval_and_as_far_as_coalesce_for_a_cron() -> None:
+    """Counting a cron walks its occurrences inside the tick: no further than coalesce does
+    (10,000); an interval is counted by arithmetic, at any size."""
+    day = timedelta(days=1)
+    interval = plan_claim(due(every_second(MisfirePolicy.FIRE_ALL)), T0 + day + 0.5 * S)
+    assert (interval.catchup_first, interval.catchup_total) == (T0 + S, 86_399)  # T0: older
+    cron = Schedule(trigger=CronTrigger(expr="* * * * * *"), misfire=MisfirePolicy.FIRE_ALL)
+    walked = plan_claim(due(cron), T0 + day + 0.5 * S)
+    assert walked.catchup_last == T0 + day - S
+    assert walked.catchup_total == 10_001  # a lower bound: the lane replays the whole range

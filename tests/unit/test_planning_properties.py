@@ -127,6 +127,9 @@ def schedules(draw: st.DrawFn, near: datetime, policy: MisfirePolicy | None = No
         misfire_grace_ms=draw(
             st.sampled_from([0, 1, 1_000, 60_000, 3_600_000]) | st.integers(0, 10**7)
         ),
+        catchup_window_ms=draw(
+            st.sampled_from([1_000, 60_000, 3_600_000, 86_400_000, 366 * 86_400_000])
+        ),
     )
     try:
         validate_schedule(schedule)
@@ -248,10 +251,50 @@ def test_the_next_run_is_the_first_occurrence_after_what_the_plan_settled(case: 
 
 
 @PROPERTY
-@given(cases(past_grace=False) | cases(policy=MisfirePolicy.FIRE_ALL))
-def test_on_time_or_fire_all_fires_the_due_occurrence_and_folds_nothing(case: Case) -> None:
-    """Within the grace every policy fires on time; fire_all does so however late it is, and
-    the occurrences after it come due one by one."""
+@given(cases(policy=MisfirePolicy.FIRE_ALL, past_grace=True))
+def test_fire_all_late_fires_the_latest_and_splits_the_missed_at_the_catchup_window(
+    case: Case,
+) -> None:
+    """Past the grace, fire_all fires the latest occurrence at or before now (folding
+    nothing) and moves past now; the missed ones before it are skipped when older than
+    now - catchup_window, and the others form one catch-up range, with nothing left out."""
+    due, now = case.due, case.now
+    plan = plan_claim(due, now)
+    fired = plan.scheduled_for
+    assert fired is not None
+    assert due.next_run_at <= fired <= now
+    assert plan.coalesced == 0
+    after = next_occurrence(due.schedule, fired)
+    assert after is None or after > now
+    assert plan.new_next_run_at == after
+    cutoff = now - due.schedule.catchup_window_ms * MS
+    # The two ranges, oldest first, cover exactly the occurrences from next_run_at to `fired`.
+    pieces: list[tuple[datetime, datetime, int]] = []
+    if plan.missed_first is not None:
+        assert plan.missed_last is not None
+        assert plan.missed_count is not None
+        assert plan.missed_last < cutoff  # older than the window
+        pieces.append((plan.missed_first, plan.missed_last, plan.missed_count))
+    if plan.catchup_first is not None:
+        assert plan.catchup_last is not None
+        assert plan.catchup_first >= cutoff  # within the window
+        pieces.append((plan.catchup_first, plan.catchup_last, plan.catchup_total))
+    expected_first = due.next_run_at
+    for first, last, count in pieces:
+        assert first == expected_first
+        assert first <= last < fired
+        missed, complete = walk(due.schedule, first, last)
+        assert count == missed if complete else count >= missed
+        following = next_occurrence(due.schedule, last)
+        assert following is not None
+        expected_first = following
+    assert expected_first == fired  # nothing missed left out, the fired one not included
+
+
+@PROPERTY
+@given(cases(past_grace=False))
+def test_on_time_fires_the_due_occurrence_and_folds_nothing(case: Case) -> None:
+    """Within the grace every policy fires on time."""
     due = case.due
     plan = plan_claim(due, case.now)
     assert (plan.scheduled_for, plan.coalesced) == (due.next_run_at, 0)

@@ -112,6 +112,7 @@ class ExplainOut(_Output):
     overlap: str
     misfire: str
     misfire_grace: str
+    catchup_window: str = Field(description="how far back fire_all catches up (unused otherwise)")
     run: RunOut | None = Field(description="its run, or the run it was coalesced into")
     attempts: list[AttemptOut] = Field(description="the run's attempts, oldest first")
 
@@ -145,6 +146,7 @@ class ExplainOut(_Output):
             overlap=schedule.overlap.value,
             misfire=schedule.misfire.value,
             misfire_grace=format_duration_ms(schedule.misfire_grace_ms),
+            catchup_window=format_duration_ms(schedule.catchup_window_ms),
             run=None if found.run is None else RunOut.of(found.run, now),
             attempts=[AttemptOut.of(a) for a in found.attempts],
         )

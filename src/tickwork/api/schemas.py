@@ -31,6 +31,7 @@ from pydantic_core import PydanticCustomError
 
 from tickwork.clock import utc_iso
 from tickwork.domain.jobs import (
+    DEFAULT_CATCHUP_WINDOW_MS,
     DEFAULT_MISFIRE_GRACE_MS,
     AlertTarget,
     AtTrigger,
@@ -80,6 +81,7 @@ from tickwork.services.tenants import NewSecret, TenantSigning
 from tickwork.timing.cron import TIMEZONE_FIELD, ZONE_NAMES, load_zone
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
 from tickwork.timing.preview import EndReason, SchedulePreview
+from tickwork.timing.triggers import parse_catchup_window_ms
 from tickwork.webhooks import MAX_SIGNING_SECRETS, fingerprint
 
 DEFAULT_TIMEOUT = "PT10S"
@@ -260,6 +262,11 @@ class ScheduleIn(_Input):
     end_at: Instant | None = None
     misfire: Misfire | None = None
     misfire_grace: Duration | None = None
+    catchup_window: Duration | None = Field(
+        None,
+        description="misfire fire_all only (unused otherwise): how far back missed occurrences"
+        " are caught up, paced; older ones are skipped. PT1S to P366D; default P1D",
+    )
     dst: DstIn | None = Field(None, description="cron only: clock-change choices")
 
     @model_validator(mode="after")
@@ -297,6 +304,12 @@ class ScheduleIn(_Input):
                 DEFAULT_MISFIRE_GRACE_MS
                 if self.misfire_grace is None
                 else parse_duration_ms(self.misfire_grace, field="schedule.misfire_grace")
+            )
+        if "catchup_window" in fields:
+            changes["catchup_window_ms"] = (
+                DEFAULT_CATCHUP_WINDOW_MS
+                if self.catchup_window is None
+                else parse_catchup_window_ms(self.catchup_window)
             )
         if "dst" in fields:
             dst = self.dst or DstIn()
@@ -753,6 +766,7 @@ class ScheduleOut(_Output):
     end_at: InstantOut | None
     misfire: MisfirePolicy
     misfire_grace: str
+    catchup_window: str
     dst: dict[str, str] | None = None
 
     @model_serializer(mode="wrap")
@@ -781,6 +795,7 @@ class ScheduleOut(_Output):
             end_at=_iso(schedule.end_at),
             misfire=schedule.misfire,
             misfire_grace=format_duration_ms(schedule.misfire_grace_ms),
+            catchup_window=format_duration_ms(schedule.catchup_window_ms),
             dst=(
                 {"gap": schedule.dst_gap.value, "repeat": schedule.dst_repeat.value}
                 if isinstance(trigger, CronTrigger)

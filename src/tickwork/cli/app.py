@@ -203,6 +203,7 @@ _FLAGS: Final = {
     "schedule.start_at": "--start-at",
     "schedule.end_at": "--end-at",
     "schedule.misfire": "--misfire",
+    "schedule.catchup_window": "--catchup-window",
     "target.url": "--url",
     "target.method": "--method",
     "target.headers": "--header",

@@ -45,6 +45,7 @@ def job_body(o: Mapping[str, Any]) -> dict[str, Any]:
     schedule = {
         "cron": o["cron"], "timezone": o["tz"], "every": _number_or_text(o["every"]),
         "at": o["at"], "start_at": o["start_at"], "end_at": o["end_at"], "misfire": o["misfire"],
+        "catchup_window": _number_or_text(o["catchup_window"]),
     }  # fmt: skip
     job = {"name": o["name"], "schedule": present(schedule), "target": _target(o)}
     if o["on_failure"]:

@@ -53,6 +53,13 @@ def jobs_create(
     start_at: Annotated[str | None, typer.Option(help="no fire before this instant")] = None,
     end_at: Annotated[str | None, typer.Option(help="no fire after this instant")] = None,
     misfire: Annotated[str | None, typer.Option(help="coalesce, fire_all or skip")] = None,
+    catchup_window: Annotated[
+        str | None,
+        typer.Option(
+            help="fire_all only: catch up missed fires this far back, e.g. PT6H (PT1S..P366D)"
+            " [default: P1D]"
+        ),
+    ] = None,
     overlap: Annotated[
         str | None,
         typer.Option(
@@ -97,6 +104,7 @@ def jobs_create(
         "body": body, "timeout": timeout, "tenant": tenant, "max_attempts": max_attempts,
         "backoff": backoff, "max_backoff": max_backoff, "task": task, "args": args,
         "secret": secret, "on_failure": on_failure, "overlap": overlap, "max_runs": max_runs,
+        "catchup_window": catchup_window,
     }  # fmt: skip
     payload = load_job_file(file, options) if file else job_body(options)
     job = api_client(api).call("POST", "/v1/jobs", json=payload)

@@ -90,6 +90,8 @@ def explanation(found: Mapping[str, Any]) -> Group:
         "overlap": found["overlap"],
         "misfire": f"{found['misfire']} (grace {found['misfire_grace']})",
     }
+    if found["misfire"] == "fire_all":  # the only policy that catches up
+        rows["catch-up window"] = str(found.get("catchup_window", "P1D"))
     if found["count"] and found["count"] > 1:
         rows["range"] = f"{found['range_first']} .. {found['range_last']} ({found['count']})"
     if found["dst"] is not None:

@@ -114,6 +114,12 @@ def jobs_table(jobs: Sequence[Mapping[str, Any]]) -> Table:
     return table
 
 
+def _catchup_text(schedule: Mapping[str, Any]) -> str:
+    window = str(schedule.get("catchup_window", "P1D"))
+    # Only fire_all catches up: say so rather than let the window look in force.
+    return window if schedule["misfire"] == "fire_all" else f"{window} (unused: not fire_all)"
+
+
 def job_detail(job: Mapping[str, Any]) -> Table:
     schedule, target = job["schedule"], job["target"]
     window = f"{schedule.get('start_at') or '-'} .. {schedule.get('end_at') or '-'}"
@@ -125,6 +131,7 @@ def job_detail(job: Mapping[str, Any]) -> Table:
         "schedule": _schedule_text(schedule),
         "window": window,
         "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
+        "catch-up window": _catchup_text(schedule),
         "overlap": str(job.get("overlap", "allow")),
         "runs": _runs_text(job),
         **_target_rows(target),

@@ -9,7 +9,7 @@ never collides with the scheduled occurrence at the same instant.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
@@ -88,3 +88,27 @@ class RunningBackfill:
 
     backfill: Backfill
     schedule: Schedule
+
+
+def catchup_backfill(
+    job_id: str, tenant: str, *, first: datetime, last: datetime, total: int, now: datetime
+) -> Backfill:
+    """The catch-up a late misfire fire_all claim creates for the missed occurrences
+    first..last (inclusive): running, at the default rate, paced from `now`. The SQL stores
+    insert the same row from their claim statements."""
+    return Backfill(
+        id=0,
+        job_id=job_id,
+        tenant=tenant,
+        kind=BackfillKind.CATCHUP,
+        from_at=first,
+        to_at=last + timedelta(microseconds=1),
+        cursor_at=None,
+        total=total,
+        done=0,
+        state=BackfillState.RUNNING,
+        rate_per_s=DEFAULT_BACKFILL_RATE,
+        created_at=now,
+        updated_at=now,
+        paced_at=now,
+    )

@@ -12,6 +12,10 @@ from tickwork.domain.masking import mask_headers, mask_url
 from tickwork.domain.retry import RetryPolicy
 
 DEFAULT_MISFIRE_GRACE_MS: Final = 1_000
+# How far back misfire fire_all catches up (P1D); older missed occurrences are skipped.
+DEFAULT_CATCHUP_WINDOW_MS: Final = 86_400_000
+MIN_CATCHUP_WINDOW_MS: Final = 1_000  # PT1S
+MAX_CATCHUP_WINDOW_MS: Final = 366 * 86_400_000  # P366D
 
 
 class JobState(StrEnum):
@@ -24,7 +28,9 @@ class MisfirePolicy(StrEnum):
     """What to do when the scheduler finds several occurrences already past (after downtime)."""
 
     COALESCE = "coalesce"  # fire once, for the latest missed occurrence; count the others
-    FIRE_ALL = "fire_all"  # fire every missed occurrence, oldest first
+    # fire the latest on time; replay the missed ones within catchup_window through the paced
+    # lane (a catch-up backfill), oldest first, and skip the older ones
+    FIRE_ALL = "fire_all"
     SKIP = "skip"  # fire none of the missed ones; wait for the next future occurrence
 
 
@@ -93,6 +99,9 @@ class Schedule:
     # DST choices for cron in a zone (docs/cron-and-dst.md); CRON keeps Debian cron's rule.
     dst_gap: DstGap = DstGap.CRON
     dst_repeat: DstRepeat = DstRepeat.CRON
+    # misfire fire_all only: missed occurrences at most this old are caught up (paced), older
+    # ones are skipped (unused by the other policies).
+    catchup_window_ms: int = DEFAULT_CATCHUP_WINDOW_MS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, repr=False)

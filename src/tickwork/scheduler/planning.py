@@ -7,9 +7,11 @@ misfire rule is a table test (tests/unit/test_planning.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from tickwork.domain.jobs import AtTrigger, MisfirePolicy, OverlapPolicy, Schedule
+from tickwork.domain.backfills import MAX_BACKFILL_OCCURRENCES
+from tickwork.domain.jobs import AtTrigger, EveryTrigger, MisfirePolicy, OverlapPolicy, Schedule
 from tickwork.store.base import ClaimPlan, DueJob
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
@@ -23,7 +25,8 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     occurrence and advances to the next one, even if that one is already due too (it is then
     claimed in the next batch). Past the grace, the misfire policy decides:
     coalesce fires the latest missed occurrence once and counts the ones folded into it;
-    fire_all fires the oldest and lets the following ones come due one by one;
+    fire_all fires the latest on time too, and hands the missed ones within the schedule's
+    catchup_window to one paced catch-up backfill, skipping the older ones (`_fire_all`);
     skip fires nothing and moves on to the first occurrence after `now`.
     The plan names the range of occurrences folded or skipped (`missed_first`..`missed_last`,
     `coalesced` of them) for the claim to record in the occurrence ledger.
@@ -35,13 +38,12 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     schedule = due.schedule
     late = now - due.next_run_at
     policy = schedule.misfire
-    if (
-        late <= timedelta(milliseconds=schedule.misfire_grace_ms)
-        or policy is MisfirePolicy.FIRE_ALL
-    ):
+    if late <= timedelta(milliseconds=schedule.misfire_grace_ms):
         return _plan(due, fire=due.next_run_at, coalesced=0, epoch=epoch)
     latest = latest_occurrence(schedule, at_or_before=now, not_before=due.next_run_at)
     latest = due.next_run_at if latest is None else latest
+    if policy is MisfirePolicy.FIRE_ALL:
+        return _fire_all(due, now, latest, epoch)
     folded = count_occurrences(schedule, after=due.next_run_at, until=latest)
     if policy is MisfirePolicy.COALESCE:
         # Folded: the occurrences from the due one up to (not including) the one fired.
@@ -64,6 +66,57 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
 
 
 _ONE_US = timedelta(microseconds=1)
+
+
+def _fire_all(due: DueJob, now: datetime, latest: datetime, epoch: int | None) -> ClaimPlan:
+    """fire_all past its grace: the latest occurrence at or before `now` fires on time (it is
+    what the job would be doing now had it never been down) and the job moves past `now`; the
+    missed ones before it, from the due one on, are replayed by one paced catch-up backfill,
+    oldest first, so a long downtime never floods the queue ahead of other jobs' on-time
+    fires. Those older than `now - catchup_window` are skipped: the bound on how far back a
+    catch-up goes (Temporal's catchupWindow)."""
+    schedule = due.schedule
+    first = due.next_run_at
+    before = latest_occurrence(schedule, at_or_before=_earlier(latest), not_before=first)
+    if before is None:  # only the due occurrence was missed: it is the one that fires
+        return _plan(due, fire=latest, coalesced=0, epoch=epoch)
+    cutoff = now - timedelta(milliseconds=schedule.catchup_window_ms)
+    # The last occurrence strictly older than the window (an occurrence at the cutoff is in).
+    old_last = latest_occurrence(
+        schedule, at_or_before=min(_earlier(cutoff), before), not_before=first
+    )
+    skipped = None
+    skipped_count = None
+    if old_last is not None:
+        skipped = (first, old_last)
+        skipped_count = 1 + count_occurrences(schedule, after=first, until=old_last)
+    caught_from = first if old_last is None else next_occurrence(schedule, old_last)
+    plan = _plan(due, fire=latest, coalesced=0, epoch=epoch, missed=skipped)
+    plan = replace(plan, missed_count=skipped_count)
+    if caught_from is None or caught_from > before:
+        return plan  # every missed occurrence is older than the window
+    total = 1 + count_occurrences(
+        schedule, after=caught_from, until=before, cap=_catchup_count_cap(schedule)
+    )
+    return replace(plan, catchup_first=caught_from, catchup_last=before, catchup_total=total)
+
+
+def _catchup_count_cap(schedule: Schedule) -> int:
+    """How far the claim counts a catch-up's occurrences. An interval's are counted by
+    arithmetic, at any size; a cron's are walked one by one (about 1 s per 100,000), inside the
+    tick that also claims other jobs' on-time fires, so no further than coalesce counts: past
+    that, the catch-up's `total` is a lower bound (the lane replays the whole range anyway)."""
+    if isinstance(schedule.trigger, EveryTrigger):
+        return MAX_BACKFILL_OCCURRENCES - 1
+    return _COUNT_CAP
+
+
+# count_occurrences' own default: what a late coalesce claim counts at most.
+_COUNT_CAP = 10_000
+
+
+def _earlier(instant: datetime) -> datetime:
+    return instant.astimezone(UTC) - _ONE_US
 
 
 def _plan(

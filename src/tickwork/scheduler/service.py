@@ -384,8 +384,10 @@ def _record(due: Sequence[DueJob], plans: Sequence[ClaimPlan], result: TickResul
     metrics.FIRES.labels(origin="schedule").inc(result.claimed)
     metrics.CLAIM_CONFLICTS.inc(result.conflicts)
     for job, plan in zip(due, plans, strict=True):
-        if plan.coalesced:
-            metrics.MISSED.labels(policy=job.schedule.misfire.value).inc(plan.coalesced)
+        # fire_all folds nothing; what it skipped as older than its catchup_window counts.
+        missed = plan.coalesced or plan.missed_count
+        if missed:
+            metrics.MISSED.labels(policy=job.schedule.misfire.value).inc(missed)
 
 
 async def _wait_any(

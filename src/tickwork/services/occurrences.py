@@ -14,7 +14,7 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 from tickwork.clock import Clock, utc_iso
-from tickwork.domain.jobs import CronTrigger, Job
+from tickwork.domain.jobs import CronTrigger, Job, MisfirePolicy
 from tickwork.domain.runs import AttemptRecord, Run, RunOrigin, RunStatus
 from tickwork.errors import InvalidInput, NotFound
 from tickwork.store.base import ScheduleStore
@@ -26,6 +26,9 @@ from tickwork.timing.triggers import next_occurrence
 MAX_WINDOW: Final = timedelta(days=366)
 MAX_ENTRIES: Final = 1000
 _ONE_US = timedelta(microseconds=1)
+# The newest backfills of a job read for its ledger (its running catch-ups are among them: a
+# claim creates at most one per downtime).
+_BACKFILLS_READ: Final = 100
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,7 +55,11 @@ class OccurrenceService:
         check_window(start, end, limit)
         runs = await self._store.runs_scheduled_between(job.id, start, end, limit=limit)
         ranges = await self._store.list_occurrences(job.id, start, end, limit=limit)
-        return merge_ledger(job, start, end, runs=runs, ranges=ranges, limit=limit)
+        # Only a fire_all job has catch-ups (the policy may have changed since: read anyway).
+        backfills = await self._store.list_backfills(job.id, limit=_BACKFILLS_READ)
+        return merge_ledger(
+            job, start, end, runs=runs, ranges=ranges, limit=limit, backfills=backfills
+        )
 
     async def explain(self, job: Job, at: datetime) -> Explanation:
         """The occurrence of `job` at or after `at`, and what happened or will happen to it."""
@@ -154,12 +161,25 @@ def summary(
     when = utc_iso(occurrence)
     outcome = Outcome.UNKNOWN if entry is None else entry.outcome
     if outcome in (Outcome.FIRED, Outcome.DEAD_LETTERED, Outcome.CANCELLED) and run is not None:
+        if run.origin is RunOrigin.CATCHUP:
+            return (
+                f"fired late by a catch-up after downtime (run {run.id},"
+                f" {_run_state(run, attempts)}; misfire policy fire_all)"
+            )
         return f"fired at {when} (run {run.id}, {_run_state(run, attempts)})"
     if outcome is Outcome.COALESCED_INTO and entry is not None:
         into = f"run {entry.run_id}" if entry.run_id is not None else "a run since pruned"
         return (
             f"coalesced into {into} after downtime: missed past the misfire grace, one of"
             f" {entry.count} folded into the latest"
+        )
+    if outcome is Outcome.SKIPPED_MISFIRE and entry is not None and entry.catchup_id is not None:
+        return f"skipped: its catch-up {entry.catchup_id} was cancelled before firing it"
+    if outcome is Outcome.SKIPPED_MISFIRE and job.schedule.misfire is MisfirePolicy.FIRE_ALL:
+        window = format_duration_ms(job.schedule.catchup_window_ms)
+        return (
+            f"skipped: missed while the scheduler was down and older than catchup_window"
+            f" ({window}), so not caught up (misfire policy fire_all)"
         )
     if outcome is Outcome.SKIPPED_MISFIRE:
         grace = format_duration_ms(job.schedule.misfire_grace_ms)
@@ -173,6 +193,11 @@ def summary(
         return "skipped: the job was paused, and resumed without catching up"
     if outcome is Outcome.THROTTLED:
         return "skipped: throttled"
+    if outcome is Outcome.SCHEDULED and entry is not None and entry.catchup_id is not None:
+        return (
+            f"missed while the scheduler was down; catch-up {entry.catchup_id} will fire it"
+            " late, paced (misfire policy fire_all, within catchup_window)"
+        )
     if outcome is Outcome.SCHEDULED:
         local = local_time(job, occurrence)
         return f"will fire at {when}" + (f" ({local} local)" if local else "")

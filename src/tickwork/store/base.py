@@ -125,14 +125,28 @@ class ClaimPlan:
     # set when this fire would complete the job at its max_runs, which a skipped occurrence
     # does not count towards (None: the same place either way).
     next_if_skipped: datetime | None = None
+    # Misfire fire_all past its grace (docs/policies.md "Catch-up"): the plan fires the latest
+    # occurrence, folding nothing (`coalesced` 0). `missed_count` then counts the missed range
+    # (missed_first..missed_last, older than the schedule's catchup_window), recorded as
+    # skipped_misfire although the plan fires; None: the range is `coalesced`'s, as above.
+    missed_count: int | None = None
+    # The missed occurrences within the window, first..last inclusive and how many: the claim
+    # creates ONE catch-up backfill for them (kind catchup, [first, last + 1 us)) in the same
+    # transaction as the advance, so a crash never loses them. None: no catch-up.
+    catchup_first: datetime | None = None
+    catchup_last: datetime | None = None
+    catchup_total: int = 0
 
     @property
     def plain(self) -> bool:
         """No policy work for the claim beyond its compare-and-set and advance: no ledger
-        range, no overlap look-up (allow, or nothing fired), no skip target. A burst's plans
-        are all plain, and the SQL stores claim such batches with a leaner statement."""
+        range, no catch-up, no overlap look-up (allow, or nothing fired), no skip target. A
+        burst's plans are all plain, and the PostgreSQL store claims such batches with a
+        leaner statement (ADR 0021): a field added here that needs claim-time work must make
+        a plan not plain."""
         return (
             self.missed_first is None
+            and self.catchup_first is None
             and self.next_if_skipped is None
             and (self.overlap is OverlapPolicy.ALLOW or self.scheduled_for is None)
         )
@@ -356,6 +370,12 @@ class ClaimStore(Protocol):
         marks the run it waits for, whose finish releases it; CANCEL cancels every pending run
         of the job (status CANCELLED, finished at `now`, fence + 1, an attempt row for a leased
         one) and fires as usual. ALLOW plans look nothing up.
+
+        Catch-up (misfire fire_all): a claimed plan with `catchup_first` also inserts, in the
+        same transaction, one running backfill of kind catchup for its job ([catchup_first,
+        catchup_last + 1 us), `catchup_total` occurrences, DEFAULT_BACKFILL_RATE, created and
+        paced at `now`), whatever the overlap policy decided for the fired occurrence; a plan
+        with `missed_count` records its missed range as skipped_misfire with that count.
 
         Partitions (ADR 0015): a plan with an `epoch` is claimed only if `owner` holds the
         job's partition at that epoch and the lease has not expired by the database's clock,

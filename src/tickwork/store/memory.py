@@ -19,6 +19,7 @@ from tickwork.domain.backfills import (
     BackfillSlice,
     BackfillState,
     RunningBackfill,
+    catchup_backfill,
 )
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState, OverlapPolicy
@@ -302,6 +303,8 @@ class MemoryStore:
                 last_fired_at=fired or job.last_fired_at,
                 fired_count=job.fired_count + (fired is not None),
             )
+            if plan.catchup_first is not None:
+                self._create_catchup(job, plan, now)
             if plan.scheduled_for is None:
                 self._record_missed(plan, None, now)
                 continue
@@ -336,21 +339,37 @@ class MemoryStore:
 
     def _record_missed(self, plan: ClaimPlan, run_id: int | None, now: datetime) -> None:
         """The ledger's range of a plan that folded (run_id: the run fired instead) or skipped
-        (None) occurrences; nothing for an on-time plan."""
-        if plan.missed_first is None or plan.missed_last is None or plan.coalesced <= 0:
+        (None, or a fire_all plan's `missed_count`) occurrences; nothing for an on-time plan."""
+        count = plan.coalesced if plan.missed_count is None else plan.missed_count
+        if plan.missed_first is None or plan.missed_last is None or count <= 0:
             return
-        reason = LedgerReason.SKIPPED_MISFIRE if run_id is None else LedgerReason.COALESCED_INTO
+        skipped = run_id is None or plan.missed_count is not None
         self._record(
             LedgerRange(
                 job_id=plan.job_id,
                 first=plan.missed_first,
                 last=plan.missed_last,
-                count=plan.coalesced,
-                reason=reason,
-                run_id=run_id,
+                count=count,
+                reason=LedgerReason.SKIPPED_MISFIRE if skipped else LedgerReason.COALESCED_INTO,
+                run_id=None if skipped else run_id,
                 recorded_at=now,
             )
         )
+
+    def _create_catchup(self, job: Job, plan: ClaimPlan, now: datetime) -> None:
+        """The plan's catch-up backfill, created with the claim (docs/policies.md)."""
+        assert plan.catchup_first is not None
+        assert plan.catchup_last is not None
+        backfill = catchup_backfill(
+            job.id,
+            job.tenant,
+            first=plan.catchup_first,
+            last=plan.catchup_last,
+            total=plan.catchup_total,
+            now=now,
+        )
+        self._backfills[self._next_backfill_id] = replace(backfill, id=self._next_backfill_id)
+        self._next_backfill_id += 1
 
     def _overlap(self, plan: ClaimPlan) -> Decision:
         """The overlap decision for a plan (nothing looked up for ALLOW)."""

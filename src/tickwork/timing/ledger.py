@@ -11,6 +11,9 @@ Every occurrence the job's schedule implies in the window gets exactly one entry
 - else the ledger range holding it (one entry per range, `count` occurrences from `at` to
   `last`): `skipped_overlap`, `skipped_misfire`, `coalesced_into` (`run_id` the run fired
   instead), `paused`, `throttled`;
+- else the job's catch-up backfill holding it (misfire fire_all: missed within the
+  catchup_window, not enqueued yet): `scheduled`, with a reason naming the catch-up, or
+  `skipped_misfire` if that catch-up was cancelled;
 - else, from the job's next_run_at on: `scheduled` (or `paused` while the job is paused: the
   resume records them, or, caught up, the misfire policy decides);
 - else `unknown`: nothing recorded for a past occurrence. The ledger's promise is that this
@@ -26,9 +29,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from tickwork.domain.jobs import CronTrigger, EveryTrigger, Job, JobState, Schedule
+from tickwork.domain.backfills import Backfill, BackfillKind, BackfillState
+from tickwork.domain.jobs import (
+    CronTrigger,
+    EveryTrigger,
+    Job,
+    JobState,
+    MisfirePolicy,
+    Schedule,
+)
 from tickwork.domain.occurrences import LedgerRange, LedgerReason
 from tickwork.domain.runs import Run, RunOrigin, RunStatus
+from tickwork.timing.durations import format_duration_ms
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
 _ONE_US = timedelta(microseconds=1)
@@ -82,6 +94,7 @@ class Entry:
     run: Run | None = None  # the occurrence's run, or the run it was coalesced into
     run_id: int | None = None  # the run named by a ledger range (even if pruned)
     origin: RunOrigin | None = None  # the run's, for a run entry
+    catchup_id: int | None = None  # the catch-up backfill that will fire it (`scheduled`)
 
     def covers(self, instant: datetime) -> bool:
         return self.at <= instant <= (self.last or self.at)
@@ -103,9 +116,11 @@ def merge_ledger(
     runs: Iterable[Run],
     ranges: Iterable[LedgerRange],
     limit: int,
+    backfills: Iterable[Backfill] = (),
 ) -> list[Entry]:
     """Every occurrence of `job` in [start, end], one entry each (ranges collapsed), plus the
-    manual and backfill runs there, in time order, at most `limit` entries."""
+    manual and backfill runs there, in time order, at most `limit` entries. `backfills` are
+    the job's (only its catch-ups are read: they hold missed occurrences not fired yet)."""
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     entries: list[Entry] = []
     by_instant: dict[datetime, Run] = {}
@@ -117,8 +132,9 @@ def merge_ledger(
             entries.append(_run_entry(run, reason))
     entries.extend(_run_entry(run, _run_reason(run)) for run in by_instant.values())
     spans = sorted(ranges, key=lambda r: (r.first, r.id or 0))
-    entries.extend(_range_entry(r, by_instant) for r in spans)
-    entries.extend(_unrecorded(job, start, end, by_instant, spans, limit))
+    entries.extend(_range_entry(job, r, by_instant) for r in spans)
+    catchups = [b for b in backfills if b.kind is BackfillKind.CATCHUP]
+    entries.extend(_unrecorded(job, start, end, by_instant, spans, catchups, limit))
     entries.sort(key=lambda e: (e.at, e.origin not in (None, *_OCCURRENCE_ORIGINS)))
     return entries[:limit]
 
@@ -142,13 +158,16 @@ def _run_entry(run: Run, reason: str) -> Entry:
     )
 
 
-def _range_entry(span: LedgerRange, runs: dict[datetime, Run]) -> Entry:
+def _range_entry(job: Job, span: LedgerRange, runs: dict[datetime, Run]) -> Entry:
     outcome = Outcome(span.reason.value)
     into = next((r for r in runs.values() if r.id == span.run_id), None)
+    reason = REASONS[outcome]
+    if outcome is Outcome.SKIPPED_MISFIRE and job.schedule.misfire is MisfirePolicy.FIRE_ALL:
+        reason = beyond_catchup_window(job.schedule)
     return Entry(
         at=span.first,
         outcome=outcome,
-        reason=REASONS[outcome],
+        reason=reason,
         count=span.count,
         last=span.last,
         run=into,
@@ -162,6 +181,7 @@ def _unrecorded(
     end: datetime,
     runs: dict[datetime, Run],
     spans: Sequence[LedgerRange],
+    catchups: Sequence[Backfill],
     limit: int,
 ) -> list[Entry]:
     """The occurrences in [start, end] that neither a run nor a range holds; none before the
@@ -175,7 +195,10 @@ def _unrecorded(
             instant = next_occurrence(job.schedule, span.last)
             continue
         if instant not in runs:
-            if pending_from is not None and instant >= pending_from:
+            catchup = _catching_up(catchups, instant)
+            if catchup is not None:
+                found.append(_caught_up(catchup, instant))
+            elif pending_from is not None and instant >= pending_from:
                 found.append(_pending(job, instant))
             elif job.state is JobState.COMPLETED and _after_completion(job, instant):
                 break
@@ -184,6 +207,44 @@ def _unrecorded(
                 found.append(Entry(at=instant, outcome=Outcome.UNKNOWN, reason=unknown))
         instant = next_occurrence(job.schedule, instant)
     return found
+
+
+def _catching_up(catchups: Sequence[Backfill], instant: datetime) -> Backfill | None:
+    """The catch-up that holds `instant` and has not enqueued it (running, or cancelled
+    before it did), if any."""
+    for backfill in catchups:
+        if (
+            backfill.state is not BackfillState.COMPLETED
+            and backfill.from_at <= instant < backfill.to_at
+            and (backfill.cursor_at is None or instant > backfill.cursor_at)
+        ):
+            return backfill
+    return None
+
+
+def _caught_up(catchup: Backfill, instant: datetime) -> Entry:
+    if catchup.state is BackfillState.CANCELLED:
+        reason = (
+            f"missed while the scheduler was down; its catch-up {catchup.id} was cancelled"
+            " before firing it (misfire policy fire_all)"
+        )
+        outcome = Outcome.SKIPPED_MISFIRE
+    else:
+        reason = (
+            f"missed while the scheduler was down; catch-up {catchup.id} will fire it late,"
+            " paced (misfire policy fire_all)"
+        )
+        outcome = Outcome.SCHEDULED
+    return Entry(at=instant, outcome=outcome, reason=reason, catchup_id=catchup.id)
+
+
+def beyond_catchup_window(schedule: Schedule) -> str:
+    """Why a fire_all job skipped a missed occurrence: too old to catch up."""
+    window = format_duration_ms(schedule.catchup_window_ms)
+    return (
+        f"missed past the misfire grace and older than catchup_window ({window}) when the job"
+        " was found late: not caught up (misfire policy fire_all)"
+    )
 
 
 def _implied_after(job: Job, start: datetime) -> datetime:

@@ -18,10 +18,17 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import from_us, to_us
-from tickwork.domain.jobs import AtTrigger, CronTrigger, EveryTrigger, Schedule
+from tickwork.domain.jobs import (
+    MAX_CATCHUP_WINDOW_MS,
+    MIN_CATCHUP_WINDOW_MS,
+    AtTrigger,
+    CronTrigger,
+    EveryTrigger,
+    Schedule,
+)
 from tickwork.errors import InvalidInput
 from tickwork.timing.cron import CronExpression
-from tickwork.timing.durations import MAX_INTERVAL_MS, format_duration_ms
+from tickwork.timing.durations import MAX_INTERVAL_MS, format_duration_ms, parse_duration_ms
 
 _ONE_US = timedelta(microseconds=1)
 
@@ -52,7 +59,34 @@ def validate_schedule(schedule: Schedule) -> None:
         raise InvalidInput(
             "schedule.misfire_grace_ms", "misfire grace must be 0 ms or more", code="invalid"
         )
+    _check_catchup_window(schedule.catchup_window_ms)
     _check_can_fire(schedule)
+
+
+_CATCHUP_WINDOW = "schedule.catchup_window"
+_CATCHUP_WINDOW_FIX = (
+    "give an ISO-8601 duration from PT1S to P366D in weeks, days, hours, minutes or seconds,"
+    " e.g. 'PT6H' or 'P2D' (the default is P1D)"
+)
+
+
+def parse_catchup_window_ms(value: str | int | float) -> int:
+    """`schedule.catchup_window` (ISO-8601 or seconds) in milliseconds, PT1S .. P366D."""
+    try:
+        window_ms = parse_duration_ms(value, field=_CATCHUP_WINDOW)
+    except InvalidInput:
+        # One message for every way it is wrong: the interval parser's speaks of schedules
+        # (and the value is not echoed: a number may have thousands of digits).
+        raise InvalidInput(
+            _CATCHUP_WINDOW, _CATCHUP_WINDOW_FIX, code="invalid_catchup_window"
+        ) from None
+    _check_catchup_window(window_ms)
+    return window_ms
+
+
+def _check_catchup_window(window_ms: int) -> None:
+    if not MIN_CATCHUP_WINDOW_MS <= window_ms <= MAX_CATCHUP_WINDOW_MS:
+        raise InvalidInput(_CATCHUP_WINDOW, _CATCHUP_WINDOW_FIX, code="invalid_catchup_window")
 
 
 def next_occurrence(schedule: Schedule, after: datetime) -> datetime | None:

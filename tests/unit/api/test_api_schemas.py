@@ -126,6 +126,7 @@ def test_schedule_out_carries_only_its_own_kind(trigger: object, kind: dict[str,
         "end_at": None,
         "misfire": "coalesce",
         "misfire_grace": "PT1S",
+        "catchup_window": "P1D",
     }
 
 

@@ -29,7 +29,7 @@ import asyncpg
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
-from tickwork.domain.backfills import Backfill, BackfillSlice
+from tickwork.domain.backfills import DEFAULT_BACKFILL_RATE, Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
@@ -686,6 +686,7 @@ def _claim_values(
         "overdue_before": to_us(overdue_before),
         "held": HELD_LEASE_US,
         "cancel_error": CANCELLED_BY_OVERLAP,
+        "catchup_rate": DEFAULT_BACKFILL_RATE,
     }
 
 
@@ -730,6 +731,10 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
     skip_next: list[int | None] = []
     missed_first: list[int | None] = []
     missed_last: list[int | None] = []
+    missed_counts: list[int | None] = []
+    catchup_first: list[int | None] = []
+    catchup_last: list[int | None] = []
+    catchup_totals: list[int | None] = []
     for plan in plans:
         completed = plan.new_next_run_at is None
         ids.append(plan.job_id)
@@ -748,11 +753,21 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         probe = plan.overlap is not OverlapPolicy.ALLOW and plan.scheduled_for is not None
         overlaps.append(plan.overlap.value if probe else None)
         skip_next.append(rows.us_or_none(plan.next_if_skipped))
+        missed_counts.append(plan.missed_count)
+        catchup_first.append(rows.us_or_none(plan.catchup_first))
+        catchup_last.append(rows.us_or_none(plan.catchup_last))
+        catchup_totals.append(plan.catchup_total if plan.catchup_first is not None else None)
     return {
-        "missed_first_us": missed_first,
-        "missed_last_us": missed_last,
-        "overlaps": overlaps,
-        "skip_next_us": skip_next,
+        # The optional columns travel empty when no plan of the batch uses them (an on-time
+        # batch): nothing to encode, send or unnest (unnest pads them with NULLs).
+        "missed_first_us": _or_empty(missed_first),
+        "missed_last_us": _or_empty(missed_last),
+        "overlaps": _or_empty(overlaps),
+        "skip_next_us": _or_empty(skip_next),
+        "missed_counts": _or_empty(missed_counts),
+        "catchup_first_us": _or_empty(catchup_first),
+        "catchup_last_us": _or_empty(catchup_last),
+        "catchup_totals": _or_empty(catchup_totals),
         "epochs": epochs,
         "ids": ids,
         "fences": fences,
@@ -763,3 +778,8 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         "coalesced": coalesced,
         "keys": keys,
     }
+
+
+def _or_empty(column: list[Any]) -> list[Any]:
+    """The column as given, or empty when every value is NULL (unnest pads it back)."""
+    return column if any(v is not None for v in column) else []

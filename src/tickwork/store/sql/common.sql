@@ -8,12 +8,12 @@
 id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us,
 start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, last_fired_us,
 created_us, updated_us, retry_policy, webhook_secrets, on_failure, partition, overlap, max_runs,
-dst_gap, dst_repeat, fired_count, pause_note, paused_us
+dst_gap, dst_repeat, fired_count, pause_note, paused_us, catchup_window_ms
 
 -- fragment: schedule_columns
 -- The columns of tw_jobs that make up a Schedule (rows.schedule_from_row).
 schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, start_us, end_us, misfire,
-misfire_grace_ms, overlap, max_runs, dst_gap, dst_repeat
+misfire_grace_ms, overlap, max_runs, dst_gap, dst_repeat, catchup_window_ms
 
 -- fragment: run_columns
 -- Every column of tw_runs that rows.run_from_row reads.
@@ -54,7 +54,7 @@ VALUES (:id, :tenant, :name, :state, :schedule_kind, :cron_expr, :timezone, :eve
         :anchor_us, :at_us, :start_us, :end_us, :misfire, :misfire_grace_ms, :target,
         :next_run_us, :fence_token, :last_fired_us, :created_us, :updated_us, :retry_policy,
         :webhook_secrets, :on_failure, :partition, :overlap, :max_runs, :dst_gap, :dst_repeat,
-        :fired_count, :pause_note, :paused_us)
+        :fired_count, :pause_note, :paused_us, :catchup_window_ms)
 
 -- name: get_job
 -- One job by id.
@@ -69,7 +69,7 @@ UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
     target = :target, next_run_us = :next_run_us, updated_us = :updated_us,
     retry_policy = :retry_policy, webhook_secrets = :webhook_secrets, on_failure = :on_failure,
     overlap = :overlap, max_runs = :max_runs, dst_gap = :dst_gap, dst_repeat = :dst_repeat,
-    pause_note = :pause_note, paused_us = :paused_us
+    catchup_window_ms = :catchup_window_ms, pause_note = :pause_note, paused_us = :paused_us
 WHERE id = :id AND fence_token = :fence_token
 RETURNING {job_columns}
 

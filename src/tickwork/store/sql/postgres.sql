@@ -74,6 +74,9 @@ DELETE FROM tw_jobs WHERE id = :id RETURNING id
 -- max_runs. `locked` rows that are not
 -- `allowed` are the stale-epoch refusals the statements report.
 --
+-- Arrays that would hold only NULLs for the whole batch (no plan past its misfire grace, no
+-- overlap policy, no catch-up: an on-time batch) arrive empty: unnest pads them with NULLs.
+--
 -- Overlap policies (docs/policies.md): a plan's `overlap` is NULL for allow (and for a plan
 -- that fires nothing), and then `decided` reads nothing more. Otherwise it
 -- looks up the job's runs still going through tw_runs_active: the oldest active one, locked
@@ -107,16 +110,21 @@ WITH plan AS (
                          :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
                          :coalesced::int[], :keys::text[], :epochs::bigint[],
                          :missed_first_us::bigint[], :missed_last_us::bigint[],
-                         :overlaps::text[], :skip_next_us::bigint[])
+                         :overlaps::text[], :skip_next_us::bigint[], :missed_counts::bigint[],
+                         :catchup_first_us::bigint[], :catchup_last_us::bigint[],
+                         :catchup_totals::bigint[])
         AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch,
-             missed_first_us, missed_last_us, overlap, skip_next_us)
+             missed_first_us, missed_last_us, overlap, skip_next_us, missed_count,
+             catchup_first_us, catchup_last_us, catchup_total)
 )
 
 -- fragment: claim_plan_plain
 -- A plain batch's plans: nine arrays; the policy columns are NULL for every plan.
 WITH plan AS (
     SELECT p.*, NULL::bigint AS missed_first_us, NULL::bigint AS missed_last_us,
-           NULL::text AS overlap, NULL::bigint AS skip_next_us
+           NULL::text AS overlap, NULL::bigint AS skip_next_us, NULL::bigint AS missed_count,
+           NULL::bigint AS catchup_first_us, NULL::bigint AS catchup_last_us,
+           NULL::bigint AS catchup_total
     FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
                 :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
                 :coalesced::int[], :keys::text[], :epochs::bigint[])
@@ -182,7 +190,8 @@ claimed AS (
     FROM decided l
     WHERE j.id = l.id
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch,
-              l.missed_first_us, l.missed_last_us, l.verdict, l.blocker,
+              l.missed_first_us, l.missed_last_us, l.missed_count, l.catchup_first_us,
+              l.catchup_last_us, l.catchup_total, l.verdict, l.blocker,
               CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded
 )
 
@@ -241,17 +250,31 @@ refused AS (
 -- occurrences (missed_first_us set, only past the misfire grace), none otherwise. Coalesced
 -- into the run this claim inserted, or, if the occurrence already had one (its key existed),
 -- into that run (read from the statement's snapshot); skipped for misfire when nothing fired
--- (also when the overlap policy skipped the occurrence they were folded into).
+-- (also when the overlap policy skipped the occurrence they were folded into). A fire_all
+-- plan's range (missed_count set: older than its catchup_window) is skipped although it fires.
+-- The same plan's catch-up backfill (`catchups`) is created here, in the claim's statement, so
+-- a crash loses neither the advance nor the catch-up; its tenant is read by primary key, for
+-- those plans only.
 missed AS (
     INSERT INTO tw_occurrences (job_id, first_us, last_us, count, reason, run_id, recorded_us)
-    SELECT c.id, c.missed_first_us, c.missed_last_us, c.coalesced,
-           CASE WHEN c.fired_us IS NULL OR c.verdict = 'skip' THEN 'skipped_misfire'
-                ELSE 'coalesced_into' END,
-           CASE WHEN c.fired_us IS NOT NULL AND c.verdict <> 'skip' THEN coalesce(
+    SELECT c.id, c.missed_first_us, c.missed_last_us, coalesce(c.missed_count, c.coalesced),
+           CASE WHEN c.fired_us IS NULL OR c.verdict = 'skip' OR c.missed_count IS NOT NULL
+                THEN 'skipped_misfire' ELSE 'coalesced_into' END,
+           CASE WHEN c.fired_us IS NOT NULL AND c.verdict <> 'skip' AND c.missed_count IS NULL
+                THEN coalesce(
                (SELECT i.id FROM inserted i WHERE i.key = c.key),
                (SELECT r.id FROM tw_runs r WHERE r.key = c.key)) END,
            :now
-    FROM claimed c WHERE c.missed_first_us IS NOT NULL AND c.coalesced > 0
+    FROM claimed c
+    WHERE c.missed_first_us IS NOT NULL AND coalesce(c.missed_count, c.coalesced) > 0
+),
+catchups AS (
+    INSERT INTO tw_backfills (job_id, tenant, kind, from_us, to_us, cursor_us, total, done,
+                              state, rate_per_s, created_us, updated_us, paced_us)
+    SELECT c.id, (SELECT j.tenant FROM tw_jobs j WHERE j.id = c.id), 'catchup',
+           c.catchup_first_us, c.catchup_last_us + 1, NULL, c.catchup_total, 0, 'running',
+           :catchup_rate, :now, :now, :now
+    FROM claimed c WHERE c.catchup_first_us IS NOT NULL
 )
 
 -- fragment: claim_insert_leased

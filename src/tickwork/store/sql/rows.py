@@ -80,6 +80,7 @@ def schedule_params(schedule: Schedule) -> dict[str, Any]:
         # NULL for Debian cron's rule, as every row written before these columns holds.
         "dst_gap": None if schedule.dst_gap is DstGap.CRON else schedule.dst_gap.value,
         "dst_repeat": None if schedule.dst_repeat is DstRepeat.CRON else schedule.dst_repeat.value,
+        "catchup_window_ms": schedule.catchup_window_ms,
     }
     if isinstance(trigger, CronTrigger):
         params.update(schedule_kind="cron", cron_expr=trigger.expr, timezone=trigger.timezone)
@@ -155,6 +156,7 @@ def schedule_from_row(row: Row) -> Schedule:
         row["max_runs"],
         row["dst_gap"],
         row["dst_repeat"],
+        row["catchup_window_ms"],
     )
 
 
@@ -174,6 +176,7 @@ def _schedule_from_columns(
     max_runs: int | None,
     dst_gap: str | None,
     dst_repeat: str | None,
+    catchup_window_ms: int,
 ) -> Schedule:
     trigger: CronTrigger | EveryTrigger | AtTrigger
     if kind == "cron":
@@ -197,6 +200,7 @@ def _schedule_from_columns(
         max_runs=max_runs,
         dst_gap=DstGap(dst_gap or DstGap.CRON),
         dst_repeat=DstRepeat(dst_repeat or DstRepeat.CRON),
+        catchup_window_ms=catchup_window_ms,
     )
 
 

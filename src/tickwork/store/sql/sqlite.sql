@@ -96,6 +96,16 @@ VALUES (:job_id, :missed_first_us, :missed_last_us, :coalesced,
         CASE WHEN :key IS NULL THEN 'skipped_misfire' ELSE 'coalesced_into' END,
         (SELECT id FROM tw_runs WHERE key = :key), :now)
 
+-- name: insert_catchup
+-- The catch-up backfill of a late misfire fire_all claim (only such plans run it), in the
+-- claim's transaction: the missed occurrences :from_us..:last_us within the job's
+-- catchup_window, as the range [from, last + 1 us), replayed by the paced lane.
+INSERT INTO tw_backfills (job_id, tenant, kind, from_us, to_us, cursor_us, total, done, state,
+                          rate_per_s, created_us, updated_us, paced_us)
+SELECT id, tenant, 'catchup', :from_us, :last_us + 1, NULL, :total, 0, 'running', :rate_per_s,
+       :now, :now, :now
+FROM tw_jobs WHERE id = :job_id
+
 -- name: insert_handed_off_run
 -- The run of a hand-off claim: unowned at attempt 0, leasable from its own instant (the
 -- worker's lease makes it attempt 1).

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
-from tickwork.domain.backfills import Backfill, BackfillSlice
+from tickwork.domain.backfills import DEFAULT_BACKFILL_RATE, Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
@@ -675,6 +675,8 @@ def _claimed_runs(
             if plan.epoch is not None and conn.execute(SQL.claim_refused.text, params).fetchone():
                 refused += 1  # the job is as planned: only the partition check said no
             continue
+        if plan.catchup_first is not None:
+            _create_catchup(conn, plan, params)
         scheduled_for = plan.scheduled_for
         if scheduled_for is None:
             _record_missed(conn, plan, params)
@@ -699,15 +701,35 @@ def _claimed_runs(
 def _record_missed(conn: sqlite3.Connection, plan: ClaimPlan, params: dict[str, Any]) -> None:
     """The ledger's row of a plan that folded or skipped occurrences (one statement, only for
     such plans: an on-time claim runs none)."""
-    if plan.missed_first is None or plan.missed_last is None or plan.coalesced <= 0:
+    count = plan.coalesced if plan.missed_count is None else plan.missed_count
+    if plan.missed_first is None or plan.missed_last is None or count <= 0:
         return
     params.setdefault("key", None)
-    params.update(
+    skipped = {"key": None} if plan.missed_count is not None else {}  # fire_all: not folded
+    record = params | skipped
+    record.update(
         missed_first_us=to_us(plan.missed_first),
         missed_last_us=to_us(plan.missed_last),
-        coalesced=plan.coalesced,
+        coalesced=count,
     )
-    conn.execute(SQL.record_missed.text, params)
+    conn.execute(SQL.record_missed.text, record)
+
+
+def _create_catchup(conn: sqlite3.Connection, plan: ClaimPlan, params: dict[str, Any]) -> None:
+    """The plan's catch-up backfill, in the claim's transaction (a crash loses neither)."""
+    assert plan.catchup_first is not None
+    assert plan.catchup_last is not None
+    conn.execute(
+        SQL.insert_catchup.text,
+        {
+            "job_id": plan.job_id,
+            "from_us": to_us(plan.catchup_first),
+            "last_us": to_us(plan.catchup_last),
+            "total": plan.catchup_total,
+            "rate_per_s": DEFAULT_BACKFILL_RATE,
+            "now": params["now"],
+        },
+    )
 
 
 def _overlap(conn: sqlite3.Connection, plan: ClaimPlan) -> Decision:
