@@ -11,9 +11,6 @@ guide's intro, before its first `##`, is exempt. The tests named are looked up i
 with `ast`, never imported, so a renamed or deleted test breaks this check rather than silently
 leaving a statement unchecked.
 
-`<!-- checked: pending catch-up rewrite -->` is accepted only in the "Misfires" section and the
-"Catch-up" subsection, which are being rewritten; anywhere else it is an error.
-
 The checker is also fed made-up guides, so it cannot pass by finding nothing.
 """
 
@@ -32,9 +29,6 @@ POLICIES = ROOT / "docs" / "policies.md"
 
 MARKER = re.compile(r"^<!--\s*checked:\s*(?P<body>.*?)\s*-->$", re.DOTALL)
 NOT_APPLICABLE = re.compile(r"^n/a \(\S.*\)$", re.DOTALL)
-PENDING = "pending catch-up rewrite"
-# Where PENDING may stand for now: (level-2 heading prefix, level-3 heading or None for any).
-PENDING_PLACES = (("Misfires", None), ("Backfill and catch-up", "Catch-up"))
 TEST_REFERENCE = re.compile(r"^(?P<path>tests/[\w/]+\.py)::(?P<name>\w+(?:::\w+)?)$")
 HEADING = re.compile(r"^(?P<level>#{1,6})\s+(?P<title>.+?)\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -109,11 +103,6 @@ def functions_defined_in(path: Path) -> frozenset[str]:
 def marker_errors(body: str, where: str, section: str, subsection: str | None) -> list[str]:
     if NOT_APPLICABLE.match(body):
         return []
-    if body == PENDING:
-        allowed = any(
-            section.startswith(h2) and (h3 is None or subsection == h3) for h2, h3 in PENDING_PLACES
-        )
-        return [] if allowed else [f"{where}: '{PENDING}' is only for Misfires and Catch-up"]
     errors: list[str] = []
     references = [r.strip() for r in body.split(",")]
     if not any(references):
@@ -223,7 +212,7 @@ See [elsewhere](elsewhere.md).
             "names a helper, not a test",
         ),
         ("Text.\n\n<!-- checked: n/a -->\n", "is not tests/"),
-        ("Text.\n\n<!-- checked: pending catch-up rewrite -->\n", "only for Misfires"),
+        ("Text.\n\n<!-- checked: pending a rewrite -->\n", "is not tests/"),
     ],
 )
 def test_the_checker_finds_an_unmarked_or_wrongly_marked_block(body: str, complaint: str) -> None:
@@ -236,17 +225,6 @@ def test_the_checker_finds_an_unmarked_or_wrongly_marked_block(body: str, compla
 def test_the_checker_finds_a_block_left_unmarked_before_a_marked_one() -> None:
     guide = f"# T\n\n## S\n\nFirst, unmarked.\n\nSecond.\n\n<!-- checked: {EXISTING} -->\n"
     assert check_guide(guide) == ["docs/policies.md:5: no '<!-- checked: ... -->' after this block"]
-
-
-def test_pending_is_accepted_only_in_misfires_and_catch_up() -> None:
-    pending = f"<!-- checked: {PENDING} -->"
-    guide = (
-        f"# T\n\n## Misfires: late\n\nText.\n\n{pending}\n\n"
-        f"## Backfill and catch-up\n\n### Catch-up\n\nText.\n\n{pending}\n\n"
-        f"### Cancelling\n\nText.\n\n{pending}\n"
-    )
-    [error] = check_guide(guide)
-    assert error.startswith("docs/policies.md:21:")
 
 
 class TestMarkersNameMethods:
