@@ -28,6 +28,7 @@ from tickwork.cli.render import (
     show,
     show_page,
 )
+from tickwork.domain.jobs import DstGap, DstRepeat
 
 __all__ = [
     "jobs_create",
@@ -53,6 +54,20 @@ def jobs_create(
     start_at: Annotated[str | None, typer.Option(help="no fire before this instant")] = None,
     end_at: Annotated[str | None, typer.Option(help="no fire after this instant")] = None,
     misfire: Annotated[str | None, typer.Option(help="coalesce, fire_all or skip")] = None,
+    dst_gap: Annotated[
+        DstGap | None,
+        typer.Option(
+            help="--cron: a wall time that does not exist (spring forward) [default: cron]",
+            show_default=False,
+        ),
+    ] = None,
+    dst_repeat: Annotated[
+        DstRepeat | None,
+        typer.Option(
+            help="--cron: a wall time that happens twice (fall back) [default: cron]",
+            show_default=False,
+        ),
+    ] = None,
     overlap: Annotated[
         str | None,
         typer.Option(
@@ -93,7 +108,8 @@ def jobs_create(
     """Create a job: one of --cron/--every/--at, and a webhook --url or a --task (or --file)."""
     options = {
         "name": name, "cron": cron, "tz": tz, "every": every, "at": at, "start_at": start_at,
-        "end_at": end_at, "misfire": misfire, "url": url, "method": method, "header": header,
+        "end_at": end_at, "misfire": misfire, "dst_gap": dst_gap, "dst_repeat": dst_repeat,
+        "url": url, "method": method, "header": header,
         "body": body, "timeout": timeout, "tenant": tenant, "max_attempts": max_attempts,
         "backoff": backoff, "max_backoff": max_backoff, "task": task, "args": args,
         "secret": secret, "on_failure": on_failure, "overlap": overlap, "max_runs": max_runs,
