@@ -262,3 +262,39 @@ async def test_catchup_runs_have_their_own_origin_and_keys(store: ScheduleStore)
     assert await store.advance_backfill(slice_of(backfill, [T0 - 100 * SEC]), now=T0) == 1
     origins = sorted(r.origin for r in await store.list_runs(job.id))
     assert origins == [RunOrigin.BACKFILL, RunOrigin.CATCHUP]
+
+
+async def test_finished_backfills_are_pruned_by_age_in_batches_and_running_ones_stay(
+    store: ScheduleStore,
+) -> None:
+    job = make_job(1)
+    await store.create_job(job)
+
+    async def stored(state: BackfillState, updated_at: datetime) -> int:
+        made = replace(new_backfill(job.id), state=state, updated_at=updated_at)
+        return (await store.create_backfill(made)).id
+
+    cutoff = T0 + 10 * SEC
+    old = [
+        await stored(BackfillState.COMPLETED, T0 + 3 * SEC),
+        await stored(BackfillState.CANCELLED, T0 + 1 * SEC),
+        await stored(BackfillState.COMPLETED, T0 + 2 * SEC),
+    ]
+    kept = [
+        await stored(BackfillState.RUNNING, T0),  # old, but the lane still needs it
+        await stored(BackfillState.COMPLETED, cutoff),  # at the cutoff: not before it
+        await stored(BackfillState.CANCELLED, cutoff + SEC),
+    ]
+    assert await store.prune_backfills(before=T0, limit=10) == 0  # nothing finished that early
+    assert await store.prune_backfills(before=cutoff, limit=2) == 2
+    # oldest first: the cancelled one (T0+1s) and the completed one at T0+2s went
+    left = {b.id for b in await store.list_backfills(job.id)}
+    assert left == {old[0], *kept}
+    assert await store.prune_backfills(before=cutoff, limit=2) == 1
+    assert await store.prune_backfills(before=cutoff, limit=2) == 0
+    assert {b.id for b in await store.list_backfills(job.id)} == set(kept)
+    for gone in old:
+        with pytest.raises(NotFound):
+            await store.get_backfill(gone)
+    [running] = await store.running_backfills(limit=10)
+    assert running.backfill.id == kept[0]

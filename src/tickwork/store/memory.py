@@ -588,6 +588,16 @@ class MemoryStore:
             self._backfills[backfill_id] = backfill
         return backfill
 
+    async def prune_backfills(self, *, before: datetime, limit: int) -> int:
+        old = sorted(
+            (b.updated_at, b.id)
+            for b in self._backfills.values()
+            if b.state is not BackfillState.RUNNING and b.updated_at < before
+        )[: max(limit, 0)]
+        for _, backfill_id in old:
+            del self._backfills[backfill_id]
+        return len(old)
+
     def _has_pending_run(self, job_id: str) -> bool:
         return bool(self._pending_guarded(job_id))
 

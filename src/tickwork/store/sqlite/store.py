@@ -357,6 +357,12 @@ class SqliteStore(SqlReads, SqlBackfillReads):
             return await self.get_backfill(backfill_id)  # NotFound, or finished already
         return backfill_from_row(row)
 
+    async def prune_backfills(self, *, before: datetime, limit: int) -> int:
+        params = {"cutoff": to_us(before), "limit": limit}
+        return await self._write(
+            lambda conn: conn.execute(SQL.prune_backfills.text, params).rowcount
+        )
+
     async def lease_runs(
         self,
         *,
