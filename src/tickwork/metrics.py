@@ -86,3 +86,14 @@ PARTITION_LAG = Gauge(
     "Now minus the oldest due, unclaimed job of a partition (0 when none is due)",
     ["partition"],
 )
+BACKFILL_ENQUEUED = Counter(
+    "tickwork_backfill_enqueued_total",
+    "Runs the paced lane inserted for backfills and catch-ups (an occurrence replayed before "
+    "has its run already and is not counted)",
+    ["kind"],
+)
+BACKFILLS_RUNNING = Gauge(
+    "tickwork_backfills_running",
+    "Running backfills and catch-ups the paced lane read in its last round (at most its scan "
+    "limit)",
+)

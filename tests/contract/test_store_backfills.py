@@ -17,10 +17,24 @@ from tickwork.domain.backfills import (
     BackfillSlice,
     BackfillState,
 )
-from tickwork.domain.jobs import OverlapPolicy
+from tickwork.domain.jobs import Job, OverlapPolicy
 from tickwork.domain.runs import RunOrigin, RunStatus, occurrence_key
 from tickwork.errors import NotFound
 from tickwork.store.base import ScheduleStore
+
+
+@pytest.fixture
+async def job(store: ScheduleStore) -> Job:
+    """A stored job (make_job(1)), most tests' one."""
+    made = make_job(1)
+    await store.create_job(made)
+    return made
+
+
+@pytest.fixture
+async def backfill(store: ScheduleStore, job: Job) -> Backfill:
+    """A running backfill of `job`, stored."""
+    return await store.create_backfill(new_backfill(job.id))
 
 
 def new_backfill(
@@ -65,10 +79,8 @@ def slice_of(
 
 
 async def test_a_backfill_is_stored_as_given_with_an_id_and_listed_newest_first(
-    store: ScheduleStore,
+    store: ScheduleStore, job: Job
 ) -> None:
-    job = make_job(1)
-    await store.create_job(job)
     first = await store.create_backfill(new_backfill(job.id))
     second = await store.create_backfill(new_backfill(job.id, kind=BackfillKind.CATCHUP))
     assert 0 < first.id < second.id
@@ -82,10 +94,8 @@ async def test_a_backfill_is_stored_as_given_with_an_id_and_listed_newest_first(
 
 
 async def test_running_backfills_come_with_their_jobs_schedule_oldest_first(
-    store: ScheduleStore,
+    store: ScheduleStore, job: Job
 ) -> None:
-    job = make_job(1)
-    await store.create_job(job)
     a = await store.create_backfill(new_backfill(job.id))
     b = await store.create_backfill(new_backfill(job.id))
     await store.cancel_backfill(a.id, now=T0)
@@ -125,10 +135,9 @@ async def test_a_slice_advances_the_cursor_and_inserts_leasable_runs_of_its_orig
     )
 
 
-async def test_a_stale_cursor_changes_nothing(store: ScheduleStore) -> None:
-    job = make_job(1)
-    await store.create_job(job)
-    backfill = await store.create_backfill(new_backfill(job.id))
+async def test_a_stale_cursor_changes_nothing(
+    store: ScheduleStore, job: Job, backfill: Backfill
+) -> None:
     first = slice_of(backfill, [T0 - 100 * SEC])
     assert await store.advance_backfill(first, now=T0) == 1
     # The same slice again (another process planned it from the same cursor): refused.
@@ -156,9 +165,7 @@ async def test_racing_slices_from_one_cursor_enqueue_it_once(
     assert (await stores[0].get_backfill(backfill.id)).done == 20
 
 
-async def test_replaying_a_range_never_duplicates_a_run(store: ScheduleStore) -> None:
-    job = make_job(1)
-    await store.create_job(job)
+async def test_replaying_a_range_never_duplicates_a_run(store: ScheduleStore, job: Job) -> None:
     times = [T0 - 100 * SEC, T0 - 99 * SEC]
     first = await store.create_backfill(new_backfill(job.id))
     assert await store.advance_backfill(slice_of(first, times, completes=True), now=T0) == 2
@@ -181,11 +188,8 @@ async def test_a_backfill_run_never_hides_the_scheduled_occurrence(store: Schedu
 
 
 async def test_the_last_slice_completes_it_and_a_completed_one_moves_no_more(
-    store: ScheduleStore,
+    store: ScheduleStore, job: Job, backfill: Backfill
 ) -> None:
-    job = make_job(1)
-    await store.create_job(job)
-    backfill = await store.create_backfill(new_backfill(job.id))
     done = slice_of(backfill, [T0 - 100 * SEC], completes=True)
     assert await store.advance_backfill(done, now=T0) == 1
     stored = await store.get_backfill(backfill.id)
@@ -195,9 +199,7 @@ async def test_the_last_slice_completes_it_and_a_completed_one_moves_no_more(
     assert await store.advance_backfill(more, now=T0) is None
 
 
-async def test_an_empty_slice_may_complete_it(store: ScheduleStore) -> None:
-    job = make_job(1)
-    await store.create_job(job)
+async def test_an_empty_slice_may_complete_it(store: ScheduleStore, job: Job) -> None:
     backfill = await store.create_backfill(new_backfill(job.id, total=0))
     assert await store.advance_backfill(slice_of(backfill, [], completes=True), now=T0) == 0
     stored = await store.get_backfill(backfill.id)
@@ -247,11 +249,8 @@ async def test_one_at_a_time_waits_for_a_scheduled_run_and_never_cancels_or_hold
 
 
 async def test_cancel_stops_a_running_backfill_and_keeps_a_finished_one(
-    store: ScheduleStore,
+    store: ScheduleStore, job: Job, backfill: Backfill
 ) -> None:
-    job = make_job(1)
-    await store.create_job(job)
-    backfill = await store.create_backfill(new_backfill(job.id))
     assert await store.advance_backfill(slice_of(backfill, [T0 - 100 * SEC]), now=T0) == 1
     cancelled = await store.cancel_backfill(backfill.id, now=T0 + SEC)
     assert (cancelled.state, cancelled.updated_at, cancelled.done) == (
@@ -267,10 +266,9 @@ async def test_cancel_stops_a_running_backfill_and_keeps_a_finished_one(
         await store.cancel_backfill(backfill.id + 1000, now=T0)
 
 
-async def test_deleting_the_job_deletes_its_backfills(store: ScheduleStore) -> None:
-    job = make_job(1)
-    await store.create_job(job)
-    backfill = await store.create_backfill(new_backfill(job.id))
+async def test_deleting_the_job_deletes_its_backfills(
+    store: ScheduleStore, job: Job, backfill: Backfill
+) -> None:
     await store.delete_job(job.id)
     with pytest.raises(NotFound):
         await store.get_backfill(backfill.id)
@@ -280,12 +278,44 @@ async def test_deleting_the_job_deletes_its_backfills(store: ScheduleStore) -> N
     assert later.id > backfill.id  # ids are never reused
 
 
-async def test_catchup_runs_have_their_own_origin_and_keys(store: ScheduleStore) -> None:
-    job = make_job(1)
-    await store.create_job(job)
+async def test_catchup_runs_have_their_own_origin_and_keys(store: ScheduleStore, job: Job) -> None:
     catchup = await store.create_backfill(new_backfill(job.id, kind=BackfillKind.CATCHUP))
     backfill = await store.create_backfill(new_backfill(job.id))
     assert await store.advance_backfill(slice_of(catchup, [T0 - 100 * SEC]), now=T0) == 1
     assert await store.advance_backfill(slice_of(backfill, [T0 - 100 * SEC]), now=T0) == 1
     origins = sorted(r.origin for r in await store.list_runs(job.id))
     assert origins == [RunOrigin.BACKFILL, RunOrigin.CATCHUP]
+
+
+async def test_finished_backfills_are_pruned_by_age_in_batches_and_running_ones_stay(
+    store: ScheduleStore, job: Job
+) -> None:
+
+    async def stored(state: BackfillState, updated_at: datetime) -> int:
+        made = replace(new_backfill(job.id), state=state, updated_at=updated_at)
+        return (await store.create_backfill(made)).id
+
+    cutoff = T0 + 10 * SEC
+    old = [
+        await stored(BackfillState.COMPLETED, T0 + 3 * SEC),
+        await stored(BackfillState.CANCELLED, T0 + 1 * SEC),
+        await stored(BackfillState.COMPLETED, T0 + 2 * SEC),
+    ]
+    kept = [
+        await stored(BackfillState.RUNNING, T0),  # old, but the lane still needs it
+        await stored(BackfillState.COMPLETED, cutoff),  # at the cutoff: not before it
+        await stored(BackfillState.CANCELLED, cutoff + SEC),
+    ]
+    assert await store.prune_backfills(before=T0, limit=10) == 0  # nothing finished that early
+    assert await store.prune_backfills(before=cutoff, limit=2) == 2
+    # oldest first: the cancelled one (T0+1s) and the completed one at T0+2s went
+    left = {b.id for b in await store.list_backfills(job.id)}
+    assert left == {old[0], *kept}
+    assert await store.prune_backfills(before=cutoff, limit=2) == 1
+    assert await store.prune_backfills(before=cutoff, limit=2) == 0
+    assert {b.id for b in await store.list_backfills(job.id)} == set(kept)
+    for gone in old:
+        with pytest.raises(NotFound):
+            await store.get_backfill(gone)
+    [running] = await store.running_backfills(limit=10)
+    assert running.backfill.id == kept[0]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tickwork.store.memory import MemoryStore
+from tickwork.store.sqlite import SqliteStore
 
 from .test_api import Api, create, error_of, job_body, serve
 from .test_api_auth import key_for
@@ -82,3 +85,35 @@ async def test_only_admins_read_the_trail_and_it_holds_no_secrets(api: Api) -> N
     key = await key_for(api, "tenant-read", "default")
     async with api.client_with(key) as reader:
         assert error_of(await reader.get("/v1/audit"), 403)["code"] == "forbidden"
+
+
+@pytest.fixture
+async def sqlite_api(tmp_path: Path) -> AsyncIterator[Api]:
+    async for served in serve(SqliteStore(tmp_path / "tickwork.db")):  # type: ignore[arg-type]
+        yield served
+
+
+async def test_concurrent_changes_on_sqlite_are_each_recorded(sqlite_api: Api) -> None:
+    """Regression: on SQLite, audit writes racing other writes were lost ("bad parameter or
+    other API misuse"): each write's cursor was freed on the event loop's thread, resetting a
+    prepared statement the writer thread was using again (store/sqlite/connection.py)."""
+    api = sqlite_api
+    jobs = [await create(api, name=f"job {n}") for n in range(4)]
+    before = len(await entries(api, limit=1000))
+
+    async def churn(job_id: str, n: int) -> int:
+        path = f"/v1/jobs/{job_id}"
+        if n % 3 == 0:
+            response = await api.client.patch(path, json={"name": f"renamed {n}"})
+        elif n % 3 == 1:
+            response = await api.client.post(f"{path}/pause", json={"note": f"pause {n}"})
+        else:
+            response = await api.client.post(f"{path}/resume", json={"catch_up": n % 2 == 0})
+        return response.status_code
+
+    calls = [churn(job["id"], n) for job in jobs for n in range(100)]
+    statuses = await asyncio.gather(*calls)
+    assert set(statuses) <= {200, 409}  # a resume of a job not paused is refused, 409
+    found = await entries(api, limit=1000)
+    assert len(found) - before == len(calls)  # not one entry lost
+    assert sorted(e["status"] for e in found[: len(calls)]) == sorted(statuses)

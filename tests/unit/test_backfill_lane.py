@@ -1,10 +1,12 @@
 """The paced lane over a real store (memory) and a manual clock: pace, order, the process cap,
-fairness between backfills, and that its runs leave the job's schedule alone."""
+fairness between backfills, that its runs leave the job's schedule alone, and its metrics."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+
+from prometheus_client import REGISTRY
 
 from tickwork.clock import ManualClock
 from tickwork.domain.backfills import Backfill, BackfillKind, BackfillState
@@ -175,3 +177,46 @@ async def test_an_edit_during_a_backfill_applies_to_what_is_not_enqueued_yet() -
     done = await store.get_backfill(created.id)
     assert (done.state, done.done) == (BackfillState.COMPLETED, 20 + 142)
     assert done.total == 1440  # counted once, when the backfill was created
+
+
+def enqueued(kind: BackfillKind) -> float:
+    # Counters are process-wide: the tests read what moved, not the value.
+    sample = REGISTRY.get_sample_value("tickwork_backfill_enqueued_total", {"kind": kind.value})
+    return sample or 0.0
+
+
+def running_gauge() -> float | None:
+    return REGISTRY.get_sample_value("tickwork_backfills_running")
+
+
+async def test_the_metrics_count_enqueued_runs_by_kind_and_the_running_backfills() -> None:
+    store, clock, lane, j = await setup(lane_rate=10_000)
+    other = job(2)
+    await store.create_job(other)
+    await store.create_backfill(backfill_of(j, rate=10_000))
+    catchup = replace(backfill_of(other, rate=10_000, total=720), kind=BackfillKind.CATCHUP)
+    await store.create_backfill(replace(catchup, from_at=T0 - DAY / 2))  # the last 720 minutes
+    before = {kind: enqueued(kind) for kind in BackfillKind}
+    clock.advance(TICK)
+    await lane.run_once()
+    assert running_gauge() == 2
+    for _ in range(10):
+        clock.advance(TICK)
+        await lane.run_once()
+    assert enqueued(BackfillKind.BACKFILL) - before[BackfillKind.BACKFILL] == 1440
+    assert enqueued(BackfillKind.CATCHUP) - before[BackfillKind.CATCHUP] == 720
+    clock.advance(TICK)
+    await lane.run_once()
+    assert running_gauge() == 0  # both completed
+
+    # A second backfill of the same day inserts no run: the counter stays where it was.
+    again = await store.create_backfill(backfill_of(j, rate=10_000))
+    settled = enqueued(BackfillKind.BACKFILL)
+    clock.advance(TICK)
+    await lane.run_once()
+    assert running_gauge() == 1
+    for _ in range(10):
+        clock.advance(TICK)
+        await lane.run_once()
+    assert (await store.get_backfill(again.id)).state is BackfillState.COMPLETED
+    assert enqueued(BackfillKind.BACKFILL) == settled

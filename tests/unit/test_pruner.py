@@ -1,4 +1,5 @@
-"""The pruner deletes old history and audit entries in batches and keeps dead letters."""
+"""The pruner deletes old history, audit entries and finished backfills in batches and keeps
+dead letters and running backfills."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from tickwork.clock import ManualClock
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.backfills import Backfill, BackfillKind, BackfillState
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import RunOutcome, RunStatus
 from tickwork.errors import StoreError
@@ -154,3 +156,44 @@ async def test_a_failed_maintenance_does_not_stop_the_audit_pruning() -> None:
     assert result.partitions.skipped
     assert result.audit == 1
     assert await store.list_audit() == []
+
+
+def backfill(state: BackfillState, updated_at: datetime) -> Backfill:
+    return Backfill(
+        id=0,
+        job_id="j",
+        tenant="default",
+        kind=BackfillKind.BACKFILL,
+        from_at=T0 - timedelta(days=1),
+        to_at=T0,
+        cursor_at=None,
+        total=10,
+        done=10 if state is BackfillState.COMPLETED else 0,
+        state=state,
+        rate_per_s=1.0,
+        created_at=T0,
+        updated_at=updated_at,
+        paced_at=T0,
+    )
+
+
+async def test_finished_backfills_past_the_same_retention_go_in_batches() -> None:
+    store = MemoryStore()
+    states = [BackfillState.COMPLETED, BackfillState.CANCELLED] * 3  # 6 finished, days 0..5
+    for day, state in enumerate(states):
+        await store.create_backfill(backfill(state, T0 + timedelta(days=day)))
+    running = await store.create_backfill(backfill(BackfillState.RUNNING, T0))
+    clock = ManualClock(T0 + timedelta(days=10))
+    pruner = Pruner(store, clock, PrunerConfig(retention=timedelta(days=30), batch_size=4))
+    assert (await pruner.run_once()).backfills == 0  # nothing is older than 30 days yet
+    clock.advance(timedelta(days=24))  # the cutoff is T0 + 4 days: days 0..3 go, 4 and 5 stay
+    assert (await pruner.run_once()).backfills == 4
+    left = await store.list_backfills("j")
+    assert sorted((b.updated_at, b.state) for b in left) == [
+        (T0, BackfillState.RUNNING),
+        (T0 + timedelta(days=4), BackfillState.COMPLETED),
+        (T0 + timedelta(days=5), BackfillState.CANCELLED),
+    ]
+    clock.advance(timedelta(days=365))
+    assert (await pruner.run_once()).backfills == 2
+    assert [b.id for b in await store.list_backfills("j")] == [running.id]

@@ -1,8 +1,8 @@
 """The POST /v1/jobs body of `tickwork jobs create`: built from its flags, or read from --file.
 
 Only the command line's own syntax is checked here (a header without a colon, JSON that does
-not parse, flags and a file together): the API checks the job itself, and its answer names the
-field, which the command line turns back into the flag.
+not parse, flags and a file together, a --dst-* flag without --cron): the API checks the job
+itself, and its answer names the field, which the command line turns back into the flag.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def job_body(o: Mapping[str, Any]) -> dict[str, Any]:
         "cron": o["cron"], "timezone": o["tz"], "every": _number_or_text(o["every"]),
         "at": o["at"], "start_at": o["start_at"], "end_at": o["end_at"], "misfire": o["misfire"],
         "catchup_window": _number_or_text(o["catchup_window"]),
+        "dst": _dst(o),
     }  # fmt: skip
     job = {"name": o["name"], "schedule": present(schedule), "target": _target(o)}
     if o["on_failure"]:
@@ -59,6 +60,17 @@ def job_body(o: Mapping[str, Any]) -> dict[str, Any]:
         job["retry"] = present(retry)
     job |= present({"overlap": o["overlap"], "max_runs": o["max_runs"]})
     return job | ({"tenant": o["tenant"]} if o["tenant"] else {})
+
+
+def _dst(o: Mapping[str, Any]) -> dict[str, str] | None:
+    """`schedule.dst` from --dst-gap/--dst-repeat; absent when neither is given, so a job
+    without them gets the API's defaults (and an --every or --at job no dst at all)."""
+    choices = present({"gap": o["dst_gap"], "repeat": o["dst_repeat"]})
+    if choices and o["cron"] is None:
+        # The API would name `schedule`, i.e. --cron/--every/--at: name the flag given instead.
+        flag = "--dst-gap" if "gap" in choices else "--dst-repeat"
+        raise CliFailure(f"{flag}: goes with --cron only (a clock change moves no interval)")
+    return {k: str(v) for k, v in choices.items()} or None
 
 
 def _target(o: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from tickwork.cli.render import (
     show,
     show_page,
 )
+from tickwork.domain.jobs import DstGap, DstRepeat
 
 __all__ = [
     "jobs_create",
@@ -58,6 +59,20 @@ def jobs_create(
         typer.Option(
             help="fire_all only: catch up missed fires this far back, e.g. PT6H (PT1S..P366D)"
             " [default: P1D]"
+        ),
+    ] = None,
+    dst_gap: Annotated[
+        DstGap | None,
+        typer.Option(
+            help="--cron: a wall time that does not exist (spring forward) [default: cron]",
+            show_default=False,
+        ),
+    ] = None,
+    dst_repeat: Annotated[
+        DstRepeat | None,
+        typer.Option(
+            help="--cron: a wall time that happens twice (fall back) [default: cron]",
+            show_default=False,
         ),
     ] = None,
     overlap: Annotated[
@@ -100,7 +115,8 @@ def jobs_create(
     """Create a job: one of --cron/--every/--at, and a webhook --url or a --task (or --file)."""
     options = {
         "name": name, "cron": cron, "tz": tz, "every": every, "at": at, "start_at": start_at,
-        "end_at": end_at, "misfire": misfire, "url": url, "method": method, "header": header,
+        "end_at": end_at, "misfire": misfire, "dst_gap": dst_gap, "dst_repeat": dst_repeat,
+        "url": url, "method": method, "header": header,
         "body": body, "timeout": timeout, "tenant": tenant, "max_attempts": max_attempts,
         "backoff": backoff, "max_backoff": max_backoff, "task": task, "args": args,
         "secret": secret, "on_failure": on_failure, "overlap": overlap, "max_runs": max_runs,

@@ -261,18 +261,39 @@ def lost_attempt(run: Run) -> AttemptRecord | None:
     pending, or released). Its id is 0: it is not a stored row."""
     if run.status is not RunStatus.PENDING or run.lease_owner is None or run.lease_until is None:
         return None
+    return ended_attempt(
+        run,
+        worker=run.lease_owner,
+        started_at=run.created_at if run.started_at is None else run.started_at,
+        finished_at=run.lease_until,
+        status=AttemptStatus.LOST,
+        error=LOST_ERROR,
+    )
+
+
+def ended_attempt(
+    run: Run,
+    *,
+    worker: str | None,
+    started_at: datetime,
+    finished_at: datetime,
+    status: AttemptStatus,
+    error: str,
+) -> AttemptRecord:
+    """The attempt of `run`'s current lease (its attempt number and fence), ended by the store
+    rather than by an outcome (lost, cancelled): no HTTP status, and an id of 0 until stored."""
     return AttemptRecord(
         id=0,
         run_id=run.id,
         job_id=run.job_id,
         attempt=run.attempt,
         fence_token=run.fence_token,
-        worker=run.lease_owner,
-        started_at=run.created_at if run.started_at is None else run.started_at,
-        finished_at=run.lease_until,
-        status=AttemptStatus.LOST,
+        worker=worker,
+        started_at=started_at,
+        finished_at=finished_at,
+        status=status,
         http_status=None,
-        error=LOST_ERROR,
+        error=error,
     )
 
 

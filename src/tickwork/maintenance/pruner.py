@@ -1,5 +1,5 @@
-"""History retention: delete attempts, finished runs and audit entries older than the retention
-period.
+"""History retention: delete attempts, finished runs, audit entries and finished backfills older
+than the retention period.
 
 Each pass first lets the store maintain its history (`maintain_history`: on PostgreSQL, create
 the coming days' partitions of tw_attempts and drop the expired ones, ADR 0007), then deletes
@@ -7,7 +7,9 @@ the rest in batches, so that a large backlog never holds a long transaction (or 
 lock) against the fire path. Every scheduler process runs a pruner, so partitions are kept
 ahead without an operator; the store makes concurrent passes safe. Dead letters and their
 attempts are kept until they are redriven or purged. The audit log (`tw_audit`) has the same
-retention and goes in the same pass, in batches too, after the history.
+retention and goes in the same pass, in batches too, after the history; so do finished
+backfills (completed or cancelled, by when they last changed), whose rows would otherwise
+outlive the runs they made. Running backfills stay, however old.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class PruneResult:
     rows: int  # history rows (attempts and runs) deleted by the batched deletes
     partitions: HistoryMaintenance  # what the store's own upkeep changed
     audit: int = 0  # audit entries deleted
+    backfills: int = 0  # finished backfills deleted
 
 
 class Pruner:
@@ -53,7 +56,7 @@ class Pruner:
 
     async def run_once(self) -> PruneResult:
         """One pass: maintain, then delete in batches until nothing is older than the retention:
-        the history, then the audit log."""
+        the history, then the audit log, then finished backfills."""
         now = self._clock.now()
         upkeep = await self._maintain(now)
         cutoff = now - self._config.retention
@@ -71,7 +74,15 @@ class Pruner:
             await asyncio.sleep(0)
         if audit:
             log.info("pruned %d audit entries", audit, extra={"action": "audit_pruned"})
-        return PruneResult(rows=total, partitions=upkeep, audit=audit)
+        backfills = 0
+        while gone := await self._store.prune_backfills(
+            before=cutoff, limit=self._config.batch_size
+        ):
+            backfills += gone
+            await asyncio.sleep(0)
+        if backfills:
+            log.info("pruned %d backfills", backfills, extra={"action": "backfills_pruned"})
+        return PruneResult(rows=total, partitions=upkeep, audit=audit, backfills=backfills)
 
     async def _maintain(self, now: datetime) -> HistoryMaintenance:
         try:

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from tickwork import metrics
 from tickwork.clock import Clock
 from tickwork.scheduler.backfill_plan import PACE_WINDOW, SliceLimits, plan_slice
 from tickwork.store.base import ScheduleStore
@@ -79,6 +80,7 @@ class BackfillLane:
         if budget <= 0:
             return LaneRound()
         running = await self._store.running_backfills(limit=self._config.scan_limit)
+        metrics.BACKFILLS_RUNNING.set(len(running))
         if not running:
             return LaneRound()
         first = self._turn % len(running)
@@ -95,6 +97,7 @@ class BackfillLane:
             if added is None:
                 lost += 1
                 continue
+            metrics.BACKFILL_ENQUEUED.labels(kind=item.backfill.kind.value).inc(added)
             taken = len(advance.occurrences)
             budget -= taken
             self._credit -= taken

@@ -822,6 +822,13 @@ class BackfillStore(Protocol):
         returned as it is. Raises NotFound("backfill", id)."""
         ...
 
+    async def prune_backfills(self, *, before: datetime, limit: int) -> int:
+        """Delete up to `limit` finished backfills (completed or cancelled) last changed
+        before `before` (updated_at < before), oldest first; running ones always stay (the
+        lane still needs them). Returns how many went. Call until it returns 0 (like
+        `prune_history`)."""
+        ...
+
 
 class ScheduleStore(
     StoreLifecycle,

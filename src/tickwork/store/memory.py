@@ -42,6 +42,7 @@ from tickwork.domain.runs import (
     RunOrigin,
     RunOutcome,
     RunStatus,
+    ended_attempt,
     lost_attempt,
     manual_key,
     occurrence_key,
@@ -421,22 +422,15 @@ class MemoryStore:
                 last_error=CANCELLED_BY_OVERLAP,
             )
             if holder is not None:
-                self._attempts.append(
-                    AttemptRecord(
-                        id=self._next_attempt_id,
-                        run_id=run_id,
-                        job_id=job_id,
-                        attempt=run.attempt,
-                        fence_token=run.fence_token,
-                        worker=holder,
-                        started_at=now,
-                        finished_at=now,
-                        status=AttemptStatus.CANCELLED,
-                        http_status=None,
-                        error=CANCELLED_BY_OVERLAP,
-                    )
+                cancelled = ended_attempt(
+                    run,
+                    worker=holder,
+                    started_at=now,
+                    finished_at=now,
+                    status=AttemptStatus.CANCELLED,
+                    error=CANCELLED_BY_OVERLAP,
                 )
-                self._next_attempt_id += 1
+                self._store_attempt(cancelled)
 
     def _may_claim(
         self, plan: ClaimPlan, lease: PartitionLease, owner: str, overdue_before: datetime
@@ -607,6 +601,16 @@ class MemoryStore:
             self._backfills[backfill_id] = backfill
         return backfill
 
+    async def prune_backfills(self, *, before: datetime, limit: int) -> int:
+        old = sorted(
+            (b.updated_at, b.id)
+            for b in self._backfills.values()
+            if b.state is not BackfillState.RUNNING and b.updated_at < before
+        )[: max(limit, 0)]
+        for _, backfill_id in old:
+            del self._backfills[backfill_id]
+        return len(old)
+
     def _has_pending_run(self, job_id: str) -> bool:
         return bool(self._pending_guarded(job_id))
 
@@ -660,13 +664,17 @@ class MemoryStore:
                 fires.append(fire)
         return fires
 
+    def _store_attempt(self, record: AttemptRecord) -> None:
+        """Append an attempt to the history with the next id (ascending, never reused)."""
+        self._attempts.append(replace(record, id=self._next_attempt_id))
+        self._next_attempt_id += 1
+
     def _lease(self, run_id: int, owner: str, lease_until: datetime, now: datetime) -> Fire:
         """Lease the pending run `run_id` (the SQL stores' lease statements): its previous
         lease, if one is still recorded, expired unfinished and goes to the history as lost."""
         lost = lost_attempt(self._view(self._runs[run_id]))
         if lost is not None:
-            self._attempts.append(replace(lost, id=self._next_attempt_id))
-            self._next_attempt_id += 1
+            self._store_attempt(lost)
         run = self._runs[run_id]
         run = replace(
             run,
@@ -766,8 +774,7 @@ class MemoryStore:
                 self._release_held(self._releases.pop(run.id, None), outcome.finished_at)
             else:
                 self._leases[run.id] = (None, outcome.retry_at)
-            self._attempts.append(_attempt_record(self._next_attempt_id, outcome))
-            self._next_attempt_id += 1
+            self._store_attempt(_attempt_record(outcome))
             applied.append(run.id)
         return Applied(applied)
 
@@ -1112,9 +1119,9 @@ def _after(run: Run, outcome: RunOutcome) -> Run:
     )
 
 
-def _attempt_record(ident: int, outcome: RunOutcome) -> AttemptRecord:
+def _attempt_record(outcome: RunOutcome) -> AttemptRecord:
     return AttemptRecord(
-        id=ident,
+        id=0,
         run_id=outcome.run_id,
         job_id=outcome.job_id,
         attempt=outcome.attempt,

@@ -8,14 +8,25 @@ time that no tick shows is in a gap and fires at the jump (shift) or not at all 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from itertools import islice, takewhile
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.support.cron_strategies import (
+    CLOCK_CHANGES,
+    ONE_US,
+    Expr,
+    Field,
+    expressions,
+    hours_near,
+    instants,
+    parse_or_reject,
+    wall_of,
+)
 
 from tickwork.domain.jobs import CronTrigger, DstGap, DstRepeat, Schedule
 from tickwork.errors import InvalidInput
@@ -26,23 +37,9 @@ from tickwork.timing import (
     next_occurrence,
 )
 
-ONE_US = timedelta(microseconds=1)
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GAPS = list(DstGap)
 REPEATS = list(DstRepeat)
-
-# (zone, instant of a 2026 clock change); Lord Howe shifts by 30 minutes.
-CLOCK_CHANGES = [
-    ("Europe/Berlin", datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),
-    ("Europe/Berlin", datetime(2026, 10, 25, 1, 0, tzinfo=UTC)),
-    ("America/New_York", datetime(2026, 3, 8, 7, 0, tzinfo=UTC)),
-    ("America/New_York", datetime(2026, 11, 1, 6, 0, tzinfo=UTC)),
-    ("Australia/Lord_Howe", datetime(2026, 4, 4, 15, 0, tzinfo=UTC)),
-    ("Australia/Lord_Howe", datetime(2026, 10, 3, 15, 30, tzinfo=UTC)),
-    # Santiago changes at midnight, so a skipped or repeated hour straddles two dates.
-    ("America/Santiago", datetime(2026, 4, 5, 3, 0, tzinfo=UTC)),
-    ("America/Santiago", datetime(2026, 9, 6, 4, 0, tzinfo=UTC)),
-]
 
 
 def z(text: str) -> datetime:
@@ -167,73 +164,22 @@ def test_schedule_functions_use_the_choices() -> None:
 # --- properties ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Expr:
-    """Second (None: 5 fields), minute and hour as (text, values); every day."""
-
-    second: tuple[str, frozenset[int]] | None
-    minute: tuple[str, frozenset[int]]
-    hour: tuple[str, frozenset[int]]
-
-    @property
-    def text(self) -> str:
-        parts = [self.minute[0], self.hour[0], "*", "*", "*"]
-        return " ".join(([self.second[0]] if self.second else []) + parts)
-
-    @property
-    def tick(self) -> timedelta:
-        # the seconds fields drawn below are multiples of 20
-        return timedelta(seconds=20) if self.second else timedelta(minutes=1)
-
-    def matches(self, wall: datetime) -> bool:
-        second_ok = wall.second in self.second[1] if self.second else wall.second == 0
-        return second_ok and wall.minute in self.minute[1] and wall.hour in self.hour[1]
-
-    def __repr__(self) -> str:
-        return f"Expr({self.text!r})"
+# the seconds fields drawn are multiples of 20, so the oracle's tick can be 20 s
+SECONDS = [Field("0", frozenset({0})), Field("*/20", frozenset({0, 20, 40}))]
 
 
-@st.composite
-def field(draw: st.DrawFn, lo: int, hi: int) -> tuple[str, frozenset[int]]:
-    kind = draw(st.sampled_from(["*", "step", "one", "range", "list"]))
-    if kind == "*":
-        return "*", frozenset(range(lo, hi + 1))
-    if kind == "step":
-        n = draw(st.integers(1, (hi - lo) // 2))
-        return f"*/{n}", frozenset(range(lo, hi + 1, n))
-    if kind == "list":
-        values = sorted(draw(st.sets(st.integers(lo, hi), min_size=1, max_size=4)))
-        return ",".join(map(str, values)), frozenset(values)
-    a = draw(st.integers(lo, hi))
-    b = a if kind == "one" else draw(st.integers(a, hi))
-    return f"{a}-{b}", frozenset(range(a, b + 1))
+def tick_of(expr: Expr) -> timedelta:
+    return timedelta(seconds=20) if expr.second else timedelta(minutes=1)
 
 
 @st.composite
 def near_change(draw: st.DrawFn) -> tuple[str, datetime, Expr]:
-    """A clock change, and an expression that often names the local hours around it."""
+    """A clock change, and an every-day expression that often names the local hours around it."""
     tz, moment = draw(st.sampled_from(CLOCK_CHANGES))
-    hour = moment.astimezone(ZoneInfo(tz)).hour
-    near = st.sets(st.sampled_from([(hour + d) % 24 for d in (-2, -1, 0, 1)]), min_size=1)
-    hours = draw(
-        st.one_of(
-            field(0, 23), near.map(lambda hs: (",".join(map(str, sorted(hs))), frozenset(hs)))
-        )
-    )
-    six = draw(st.booleans())
-    second = draw(st.sampled_from([("0", frozenset({0})), ("*/20", frozenset({0, 20, 40}))]))
-    return tz, moment, Expr(second if six else None, draw(field(0, 59)), hours)
-
-
-def parse(expr: Expr, tz: str, gap: DstGap, repeat: DstRepeat) -> CronExpression:
-    try:
-        return CronExpression.parse(expr.text, tz, gap, repeat)
-    except InvalidInput:
-        reject()
-
-
-def wall_of(instant: datetime, zone: ZoneInfo) -> datetime:
-    return instant.astimezone(zone).replace(tzinfo=None)
+    hours = draw(hours_near(tz, moment))
+    expr = draw(expressions(six=False, days=False, hours=hours))
+    second = draw(st.sampled_from(SECONDS)) if draw(st.booleans()) else None
+    return tz, moment, replace(expr, second=second)
 
 
 def oracle(
@@ -244,7 +190,7 @@ def oracle(
     Clock changes fall on whole minutes, so consecutive ticks whose walls are more than a tick
     apart straddle a forward jump, and the later tick is the jump's instant."""
     gap, repeat = cron.rules
-    margin, tick = timedelta(hours=3), expr.tick
+    margin, tick = timedelta(hours=3), tick_of(expr)
     seen: dict[datetime, list[datetime]] = {}
     jumps: dict[datetime, list[datetime]] = {}  # jump instant -> matching walls it skipped
     start = (lo - margin).replace(second=0, microsecond=0)
@@ -258,11 +204,11 @@ def oracle(
             seen.setdefault(wall, []).append(instant)
         previous = wall
     found: set[datetime] = set()
-    for instants in seen.values():
-        if len(instants) == 1 or repeat is DstRepeat.BOTH:
-            found.update(instants)
+    for passes in seen.values():
+        if len(passes) == 1 or repeat is DstRepeat.BOTH:
+            found.update(passes)
         else:
-            found.add(instants[0] if repeat is DstRepeat.FIRST else instants[-1])
+            found.add(passes[0] if repeat is DstRepeat.FIRST else passes[-1])
     if gap is DstGap.SHIFT:
         found.update(instant for instant, walls in jumps.items() if walls)
     return sorted(t for t in found if lo < t <= hi)
@@ -280,7 +226,7 @@ def test_forward_and_backward_agree_with_the_oracle(
     case: tuple[str, datetime, Expr], gap: DstGap, repeat: DstRepeat, shift_s: int, span_min: int
 ) -> None:
     tz, moment, expr = case
-    cron, zone = parse(expr, tz, gap, repeat), ZoneInfo(tz)
+    cron, zone = parse_or_reject(expr.text, tz, gap, repeat), ZoneInfo(tz)
     lo = moment + timedelta(seconds=shift_s, microseconds=250)
     hi = lo + timedelta(minutes=span_min)
     forward = list(takewhile(lambda t: t <= hi, cron.iter_after(lo)))
@@ -310,7 +256,7 @@ def test_one_wall_time_fires_once_unless_repeat_is_both(
     case: tuple[str, datetime, Expr], gap: DstGap, repeat: DstRepeat, shift_s: int
 ) -> None:
     tz, moment, expr = case
-    cron, zone = parse(expr, tz, gap, repeat), ZoneInfo(tz)
+    cron, zone = parse_or_reject(expr.text, tz, gap, repeat), ZoneInfo(tz)
     lo = moment + timedelta(seconds=shift_s)
     hi = lo + timedelta(hours=6)
     found = list(takewhile(lambda t: t <= hi, cron.iter_after(lo)))
@@ -336,7 +282,7 @@ def test_wall_walk_matches_the_debian_walks(
     """The walk used for mixed choices, run with a Debian rule, gives what that rule's own
     walk gives (private methods: the public ones route these choices to the Debian walks)."""
     tz, moment, expr = case
-    cron = parse(expr, tz, DstGap.CRON, DstRepeat.CRON)
+    cron = parse_or_reject(expr.text, tz)
     lo = moment + timedelta(seconds=shift_s, microseconds=7)
     hi = lo + timedelta(hours=5)
     fixed = rules == (DstGap.SHIFT, DstRepeat.FIRST)
@@ -352,11 +298,6 @@ def test_wall_walk_matches_the_debian_walks(
     )
 
 
-instants = st.datetimes(
-    min_value=datetime(2001, 1, 1), max_value=datetime(2060, 1, 1), timezones=st.just(UTC)
-)
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     case=near_change(),
@@ -368,7 +309,7 @@ instants = st.datetimes(
 def test_any_year_next_and_latest_are_consistent(
     case: tuple[str, datetime, Expr], tz: str, gap: DstGap, repeat: DstRepeat, after: datetime
 ) -> None:
-    cron = parse(case[2], tz, gap, repeat)
+    cron = parse_or_reject(case[2].text, tz, gap, repeat)
     fire = cron.next_after(after)
     assert fire is not None
     assert fire > after

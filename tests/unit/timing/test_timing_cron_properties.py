@@ -12,7 +12,6 @@ Oracles, each independent of the code under test:
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import takewhile
 from zoneinfo import ZoneInfo
@@ -22,24 +21,21 @@ from croniter import croniter
 from cronsim import CronSim
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
+from tests.support.cron_strategies import (
+    CLOCK_CHANGES,
+    ONE_US,
+    Expr,
+    expressions,
+    hours_near,
+    instants,
+    parse_or_reject,
+    wall_of,
+)
 
 from tickwork.errors import InvalidInput
 from tickwork.timing import CronExpression
 
-ONE_US = timedelta(microseconds=1)
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-# (zone, instant of a 2026 clock change)
-CLOCK_CHANGES = [
-    ("Europe/Berlin", datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),
-    ("Europe/Berlin", datetime(2026, 10, 25, 1, 0, tzinfo=UTC)),
-    ("America/New_York", datetime(2026, 3, 8, 7, 0, tzinfo=UTC)),
-    ("America/New_York", datetime(2026, 11, 1, 6, 0, tzinfo=UTC)),
-    ("Australia/Lord_Howe", datetime(2026, 4, 4, 15, 0, tzinfo=UTC)),
-    ("Australia/Lord_Howe", datetime(2026, 10, 3, 15, 30, tzinfo=UTC)),
-    ("America/Santiago", datetime(2026, 4, 5, 3, 0, tzinfo=UTC)),
-    ("America/Santiago", datetime(2026, 9, 6, 4, 0, tzinfo=UTC)),
-]
 ZONES = [
     "UTC",
     "Europe/Berlin",
@@ -50,104 +46,6 @@ ZONES = [
     "Asia/Kolkata",
     "Pacific/Chatham",
 ]
-
-
-@dataclass(frozen=True)
-class Field:
-    text: str
-    values: frozenset[int]
-
-
-@dataclass(frozen=True)
-class Expr:
-    second: Field | None  # None: a 5-field expression
-    minute: Field
-    hour: Field
-    dom: Field
-    month: Field
-    dow: Field
-
-    @property
-    def text(self) -> str:
-        fields = [self.minute, self.hour, self.dom, self.month, self.dow]
-        if self.second is not None:
-            fields.insert(0, self.second)
-        return " ".join(f.text for f in fields)
-
-    def __repr__(self) -> str:
-        return f"Expr({self.text!r})"
-
-    def matches(self, wall: datetime) -> bool:
-        if self.second is not None and wall.second not in self.second.values:
-            return False
-        if self.second is None and wall.second != 0:
-            return False
-        if wall.minute not in self.minute.values or wall.hour not in self.hour.values:
-            return False
-        if wall.month not in self.month.values:
-            return False
-        dom_ok = wall.day in self.dom.values
-        dow_ok = wall.isoweekday() % 7 in {v % 7 for v in self.dow.values}
-        if self.dom.text.startswith("*") or self.dow.text.startswith("*"):
-            return dom_ok and dow_ok
-        return dom_ok or dow_ok
-
-
-@st.composite
-def fields(draw: st.DrawFn, lo: int, hi: int, star_weight: int = 3) -> Field:
-    kind = draw(st.sampled_from(["*"] * star_weight + ["step", "one", "range", "list", "rstep"]))
-    if kind == "*":
-        return Field("*", frozenset(range(lo, hi + 1)))
-    if kind == "step":
-        n = draw(st.integers(1, max(1, (hi - lo) // 2)))
-        return Field(f"*/{n}", frozenset(range(lo, hi + 1, n)))
-    a = draw(st.integers(lo, hi))
-    if kind == "one":
-        return Field(str(a), frozenset({a}))
-    b = draw(st.integers(a, hi))
-    if kind == "range":
-        return Field(f"{a}-{b}", frozenset(range(a, b + 1)))
-    if kind == "rstep":
-        n = draw(st.integers(1, max(1, hi - lo)))
-        return Field(f"{a}-{b}/{n}", frozenset(range(a, b + 1, n)))
-    values = sorted(draw(st.sets(st.integers(lo, hi), min_size=1, max_size=4)))
-    return Field(",".join(map(str, values)), frozenset(values))
-
-
-@st.composite
-def expressions(
-    draw: st.DrawFn, *, six: bool | None = None, days: bool = True, hours: Field | None = None
-) -> Expr:
-    with_seconds = draw(st.booleans()) if six is None else six
-    star = Field("*", frozenset())
-    return Expr(
-        second=draw(fields(0, 59)) if with_seconds else None,
-        minute=draw(fields(0, 59)),
-        hour=hours or draw(fields(0, 23)),
-        dom=draw(fields(1, 31, 6)) if days else _full(star, 1, 31),
-        month=draw(fields(1, 12, 6)) if days else _full(star, 1, 12),
-        dow=draw(fields(0, 7, 6)) if days else _full(star, 0, 7),
-    )
-
-
-def _full(star: Field, lo: int, hi: int) -> Field:
-    return Field(star.text, frozenset(range(lo, hi + 1)))
-
-
-instants = st.datetimes(
-    min_value=datetime(2001, 1, 1), max_value=datetime(2060, 1, 1), timezones=st.just(UTC)
-)
-
-
-def parse_or_reject(expr: Expr, tz: str) -> CronExpression:
-    try:
-        return CronExpression.parse(expr.text, tz)
-    except InvalidInput:
-        reject()  # e.g. day-of-month 31 in February: rightly refused, not what we test here
-
-
-def wall_of(instant: datetime, zone: ZoneInfo) -> datetime:
-    return instant.astimezone(zone).replace(tzinfo=None)
 
 
 def skipped_walls(instant: datetime, zone: ZoneInfo) -> list[datetime]:
@@ -168,7 +66,7 @@ def skipped_walls(instant: datetime, zone: ZoneInfo) -> list[datetime]:
 @FAST
 @given(expr=expressions(), tz=st.sampled_from(ZONES), after=instants)
 def test_next_fire_is_later_and_matches(expr: Expr, tz: str, after: datetime) -> None:
-    cron = parse_or_reject(expr, tz)
+    cron = parse_or_reject(expr.text, tz)
     fire = cron.next_after(after)
     assert fire is not None
     assert fire > after
@@ -187,7 +85,7 @@ def test_next_fire_is_later_and_matches(expr: Expr, tz: str, after: datetime) ->
 def test_evaluation_is_stable_and_consistent_both_ways(
     expr: Expr, tz: str, after: datetime
 ) -> None:
-    cron = parse_or_reject(expr, tz)
+    cron = parse_or_reject(expr.text, tz)
     fire = cron.next_after(after)
     assert fire is not None
     assert cron.next_after(after) == fire
@@ -244,7 +142,7 @@ def _check_against_brute_force(
 ) -> None:
     tz, _ = change
     zone = ZoneInfo(tz)
-    cron = parse_or_reject(expr, tz)
+    cron = parse_or_reject(expr.text, tz)
     expected = brute_force(expr, cron, zone, lo, hi)
     forward = list(takewhile(lambda t: t <= hi, cron.iter_after(lo)))
     backward = list(takewhile(lambda t: t > lo, cron.iter_at_or_before(hi)))
@@ -256,17 +154,7 @@ def _check_against_brute_force(
 def near_clock_change(draw: st.DrawFn, *, six: bool) -> tuple[tuple[str, datetime], Expr]:
     """A clock change, and an expression whose hours, when fixed, are the local hours near it."""
     change = draw(st.sampled_from(CLOCK_CHANGES))
-    tz, moment = change
-    local_hour = moment.astimezone(ZoneInfo(tz)).hour
-    near = sorted({(local_hour + d) % 24 for d in (-2, -1, 0, 1)})
-    hours = draw(
-        st.one_of(
-            fields(0, 23),
-            st.sets(st.sampled_from(near), min_size=1).map(
-                lambda hs: Field(",".join(map(str, sorted(hs))), frozenset(hs))
-            ),
-        )
-    )
+    hours = draw(hours_near(*change))
     return change, draw(expressions(six=six, days=False, hours=hours))
 
 
@@ -323,7 +211,7 @@ def _one_value_range(term: str) -> bool:
 def test_agrees_with_croniter_without_dst(expr: Expr, tz: str, after: datetime) -> None:
     if not croniter_comparable(expr):
         reject()
-    cron = parse_or_reject(expr, tz)
+    cron = parse_or_reject(expr.text, tz)
     zone = ZoneInfo(tz)
     oracle = croniter(
         expr.text, after.astimezone(zone), second_at_beginning=expr.second is not None
@@ -345,7 +233,7 @@ def test_agrees_with_cronsims_own_dst_handling(expr: Expr, tz: str, after: datet
     if any(_one_value_range(term) for term in expr.text.replace(",", " ").split()):
         reject()  # cronsim reads '5-5/10' as '5/10'; tickwork reads it as Debian does: '5'
 
-    cron = parse_or_reject(expr, tz)
+    cron = parse_or_reject(expr.text, tz)
     assert cron.next_after(after) == next(CronSim(expr.text, local)).astimezone(UTC)
 
 

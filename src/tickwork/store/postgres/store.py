@@ -378,6 +378,10 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             return await self.get_backfill(backfill_id)  # NotFound, or finished already
         return backfill_from_row(found[0])
 
+    async def prune_backfills(self, *, before: datetime, limit: int) -> int:
+        values = {"cutoff": to_us(before), "limit": limit}
+        return await self._execute(self._sql.prune_backfills, values, "pruning backfills")
+
     async def partition_heads(
         self, now: datetime, partitions: Collection[int] | None = None
     ) -> dict[int, DueHead]:

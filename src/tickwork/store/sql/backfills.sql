@@ -36,3 +36,12 @@ ORDER BY b.id LIMIT :limit
 UPDATE tw_backfills SET state = 'cancelled', updated_us = :now
 WHERE id = :id AND state = 'running'
 RETURNING {backfill_columns}
+
+-- name: prune_backfills
+-- Delete a batch of finished backfills (completed or cancelled) last changed before :cutoff,
+-- oldest first (history retention). No index on updated_us: a backfill is one row per request
+-- or catch-up, few beside the runs it made, and the running ones are never touched.
+DELETE FROM tw_backfills WHERE id IN (
+    SELECT id FROM tw_backfills
+    WHERE state IN ('completed', 'cancelled') AND updated_us < :cutoff
+    ORDER BY updated_us, id LIMIT :limit)

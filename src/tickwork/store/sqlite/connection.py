@@ -12,6 +12,11 @@ statement can interleave with it, and translates sqlite3's errors in this one pl
                                                                   (missing schema, constraint)
 
 A failed statement inside a transaction rolls the transaction back before the error leaves.
+
+No cursor leaves the thread either (rows may): a function that returns one is a bug
+(`ConfinementError`). Freed on the event loop's thread, the cursor would reset its prepared
+statement there while the connection's statement cache has handed the same statement to this
+thread's next caller, whose statement SQLite then refuses ("bad parameter or other API misuse").
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import TypeVar
 
 from tickwork.errors import StoreError, StoreUnavailable
 
-__all__ = ["Connection", "create_private", "immediate", "store_error"]
+__all__ = ["ConfinementError", "Connection", "create_private", "immediate", "store_error"]
 
 T = TypeVar("T")
 
@@ -63,6 +68,25 @@ def store_error(exc: sqlite3.Error, path: Path) -> StoreError:
     return StoreError(f"SQLite error on {path}: {exc}")
 
 
+class ConfinementError(TypeError):
+    """A function run on the connection's thread returned a cursor (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "a sqlite3 cursor must not leave its connection's thread: return its rows or its "
+            "rowcount, or close it"
+        )
+
+
+def _confined(result: T) -> T:
+    """`result`, once it is known to hold no open cursor. A returned cursor is closed here, on
+    its own thread, before the error says so."""
+    if isinstance(result, sqlite3.Cursor):
+        result.close()
+        raise ConfinementError()
+    return result
+
+
 class Connection:
     """One sqlite3 connection confined to one thread."""
 
@@ -83,7 +107,7 @@ class Connection:
         try:
             if self._conn is None:
                 self._conn = self._connect()
-            return fn(self._conn)
+            return _confined(fn(self._conn))
         except sqlite3.Error as exc:
             if self._conn is not None and self._conn.in_transaction:
                 self._conn.rollback()
@@ -115,7 +139,7 @@ def immediate(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -
     is read, so a compare-and-set inside sees no other writer's changes half-way."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        result = fn(conn)
+        result = _confined(fn(conn))  # before the commit: such a bug writes nothing
     except BaseException:
         conn.rollback()
         raise

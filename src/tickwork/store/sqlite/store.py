@@ -124,12 +124,8 @@ class SqliteStore(SqlReads, SqlBackfillReads):
 
     # -- jobs -------------------------------------------------------------------------------
     async def create_job(self, job: Job) -> Job:
-        await self._write(
-            lambda conn: conn.execute(
-                SQL.insert_job.text,
-                rows.job_params(job, partitions=self._partitions, sealed=self._columns),
-            )
-        )
+        params = rows.job_params(job, partitions=self._partitions, sealed=self._columns)
+        await self._write(lambda conn: _execute(conn, SQL.insert_job.text, params))
         self._watchers.notify("jobs")
         return job
 
@@ -293,7 +289,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
 
     async def forget_node(self, node_id: str, role: str) -> None:
         params = {"id": node_id, "role": role}
-        await self._write(lambda conn: conn.execute(SQL.remove_node_role.text, params))
+        await self._write(lambda conn: _execute(conn, SQL.remove_node_role.text, params))
 
     async def list_nodes(self, *, include_gone: bool = False) -> list[Node]:
         found = await self._query(SQL.list_nodes, {"all": include_gone})
@@ -356,6 +352,12 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         if row is None:
             return await self.get_backfill(backfill_id)  # NotFound, or finished already
         return backfill_from_row(row)
+
+    async def prune_backfills(self, *, before: datetime, limit: int) -> int:
+        params = {"cutoff": to_us(before), "limit": limit}
+        return await self._write(
+            lambda conn: conn.execute(SQL.prune_backfills.text, params).rowcount
+        )
 
     async def lease_runs(
         self,
@@ -512,7 +514,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         if not used:
             return
         params = {"used": json.dumps({key_id: to_us(when) for key_id, when in used.items()})}
-        await self._write(lambda conn: conn.execute(SQL.touch_keys.text, params))
+        await self._write(lambda conn: _execute(conn, SQL.touch_keys.text, params))
 
     async def reseal_secrets(self) -> ResealReport:
         async def write(statement: Statement, params: Mapping[str, Any]) -> list[sqlite3.Row]:
@@ -567,7 +569,8 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         if not entries:
             return
         params = [rows.audit_params(e) for e in entries]
-        await self._write(lambda conn: conn.executemany(SQL.insert_audit.text, params))
+        # closed on the writer's thread, as in _execute: concurrent audit writes share this text
+        await self._write(lambda conn: conn.executemany(SQL.insert_audit.text, params).close())
 
     async def prune_audit(self, *, before: datetime, limit: int) -> int:
         params = {"before": to_us(before), "limit": limit}
@@ -842,3 +845,14 @@ def _plan_params(plan: ClaimPlan) -> dict[str, Any]:
         # The runs of a job with an overlap policy enter tw_runs_active (migration 0010).
         "guarded": int(plan.overlap is not OverlapPolicy.ALLOW),
     }
+
+
+def _execute(conn: sqlite3.Connection, text: str, params: Mapping[str, Any]) -> None:
+    """Run one statement for its effect and close its cursor here, on the connection's thread.
+
+    A cursor handed back to the event loop is freed there, and freeing it resets its prepared
+    statement, which the connection's statement cache may have handed to this thread's next
+    statement of the same text meanwhile: SQLite then refuses that one ("bad parameter or other
+    API misuse"), as concurrent audit writes were.
+    """
+    conn.execute(text, params).close()
