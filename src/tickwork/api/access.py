@@ -4,17 +4,18 @@ Keys are an admin's business (every route here needs an admin key), except that 
 may read its own tenant (`GET /v1/tenants`, `GET /v1/tenants/{name}`). A key's secret appears
 once, in the answer to its creation; afterwards only its prefix identifies it.
 
-`PATCH /v1/tenants/{name}` is a partial update of a tenant's settings (today `egress`, its
-destination lists; more settings will join it): a field left out keeps its value.
+`PATCH /v1/tenants/{name}` is a partial update of a tenant's settings (`egress`, its
+destination lists, and `limits`): a field left out keeps its value. Within `limits` too: a
+limit left out is kept, one given as null is removed.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from tickwork.api.audit import noted
 from tickwork.api.auth import Admin, Caller, visible_tenant
@@ -24,9 +25,10 @@ from tickwork.clock import utc_iso
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.egress import MAX_PATTERN_CHARS, MAX_PATTERNS
 from tickwork.domain.keys import ApiKey, Role
+from tickwork.domain.tenant_limits import BOUNDS, TenantLimits, check_limits
 from tickwork.domain.tenants import Tenant
 from tickwork.services.keys import CreatedKey, KeyService
-from tickwork.services.tenants import TENANT_NAME, NewSecret, TenantService
+from tickwork.services.tenants import TENANT_NAME, NewSecret, TenantService, TenantUsage
 
 # The prefix is declared here, not where the router is included: the audit trail names routes
 # by their own path.
@@ -110,6 +112,108 @@ class KeyList(_Output):
     keys: list[KeyOut]
 
 
+def _whole(value: Any) -> Any:
+    # JSON Schema's integer includes 5.0; strict ints refuse the rest (true, "5", 5.5).
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# The bounds are the domain's (domain/tenant_limits.py), which refuses a value out of them
+# with its own message naming the field and the fix: the schema only shows them (`documented`).
+# Whole numbers as in api/schemas.py: strict, 5.0 taken as 5.
+def _whole_bounds(name: str) -> dict[str, Any]:
+    return documented(minimum=1, maximum=int(BOUNDS[name].maximum))
+
+
+def _rate_bounds(name: str) -> dict[str, Any]:
+    return documented(exclusiveMinimum=0, maximum=BOUNDS[name].maximum)
+
+
+MaxJobs = Annotated[
+    int | None,
+    Field(strict=True, **_whole_bounds("max_jobs")),
+    BeforeValidator(_whole),
+    Field(
+        description="the most jobs the tenant may have, in every state (completed and paused"
+        " ones count): creating one more answers 409 quota_exceeded"
+    ),
+]
+MaxFiresPerS = Annotated[
+    float | None,
+    Field(
+        strict=True,
+        allow_inf_nan=False,
+        description="fires per second of the tenant's jobs: stored and shown, not enforced yet",
+        **_rate_bounds("max_fires_per_s"),
+    ),
+]
+MaxConcurrentRuns = Annotated[
+    int | None,
+    Field(strict=True, **_whole_bounds("max_concurrent_runs")),
+    BeforeValidator(_whole),
+    Field(description="the tenant's runs running at once: stored and shown, not enforced yet"),
+]
+MaxApiRps = Annotated[
+    float | None,
+    Field(
+        strict=True,
+        allow_inf_nan=False,
+        description="API requests per second by the tenant's keys, per API process (with N API"
+        " processes, up to N times this in all): over it, 429 rate_limited with Retry-After",
+        **_rate_bounds("max_api_rps"),
+    ),
+]
+Weight = Annotated[
+    int | None,
+    Field(strict=True, **_whole_bounds("weight")),
+    BeforeValidator(_whole),
+    Field(
+        description="the tenant's share of capacity under overload (null: the default, 1):"
+        " stored and shown, not enforced yet"
+    ),
+]
+
+
+class LimitsIn(_Input):
+    """A tenant's limits; each is optional, and null (or left out) means no limit."""
+
+    max_jobs: MaxJobs = None
+    max_fires_per_s: MaxFiresPerS = None
+    max_concurrent_runs: MaxConcurrentRuns = None
+    max_api_rps: MaxApiRps = None
+    weight: Weight = None
+
+    def changes(self) -> dict[str, int | float | None]:
+        """The limits given in the body, null ones included (for a merge)."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+    def to_domain(self) -> TenantLimits:
+        return check_limits(TenantLimits(**self.model_dump()))
+
+
+class LimitsOut(_Output):
+    max_jobs: int | None
+    max_fires_per_s: float | None
+    max_concurrent_runs: int | None
+    max_api_rps: float | None
+    weight: int | None = Field(description="null: the default share, 1")
+
+    @classmethod
+    def of(cls, limits: TenantLimits) -> LimitsOut:
+        return cls(
+            max_jobs=limits.max_jobs,
+            max_fires_per_s=limits.max_fires_per_s,
+            max_concurrent_runs=limits.max_concurrent_runs,
+            max_api_rps=limits.max_api_rps,
+            weight=limits.weight,
+        )
+
+
+class UsageOut(_Output):
+    jobs: int = Field(description="the tenant's jobs, in every state (what max_jobs counts)")
+
+
 class TenantCreate(_Input):
     name: str = Field(
         min_length=1,
@@ -117,6 +221,7 @@ class TenantCreate(_Input):
         examples=["payments"],
         **documented(pattern=TENANT_NAME.pattern.join("^$")),
     )
+    limits: LimitsIn | None = Field(None, description="left out or null: no limits")
 
 
 _PATTERN_HELP = (
@@ -151,6 +256,11 @@ class TenantPatch(_Input):
         description="replaces the tenant's destination lists whole; null clears them; left out:"
         " unchanged. They narrow what the SSRF guard permits, never widen it",
     )
+    limits: LimitsIn | None = Field(
+        None,
+        description="merged into the tenant's limits: a limit given is set, one given as null"
+        " is removed, one left out is kept; null or {}: no change",
+    )
 
 
 class TenantOut(_Output):
@@ -158,14 +268,18 @@ class TenantOut(_Output):
     created_at: InstantOut
     updated_at: InstantOut
     egress: EgressOut = Field(description="where the tenant's webhooks and alerts may go")
+    limits: LimitsOut = Field(description="null: no such limit")
+    usage: UsageOut = Field(description="what the tenant uses now, against its limits")
 
     @classmethod
-    def of(cls, tenant: Tenant) -> TenantOut:
+    def of(cls, tenant: Tenant, usage: TenantUsage | None = None) -> TenantOut:
         return cls(
             name=tenant.tenant,
             created_at=utc_iso(tenant.created_at),
             updated_at=utc_iso(tenant.updated_at),
             egress=EgressOut(allow=list(tenant.egress.allow), deny=list(tenant.egress.deny)),
+            limits=LimitsOut.of(tenant.limits),
+            usage=UsageOut(jobs=0 if usage is None else usage.jobs),
         )
 
 
@@ -281,23 +395,27 @@ async def list_audit(
 
 @router.post("/tenants", status_code=201, tags=["tenants"])
 async def create_tenant(request: Request, who: Admin, body: TenantCreate) -> TenantCreated:
-    """A new tenant, with a generated webhook signing secret shown in this answer only; 409
-    `tenant_exists` if it exists."""
+    """A new tenant, with its `limits` if given, and a generated webhook signing secret shown
+    in this answer only; 409 `tenant_exists` if it exists."""
     noted(resource=f"tenant {body.name}", tenant=body.name)
-    return TenantCreated.made(*await _tenants(request).create(body.name))
+    limits = TenantLimits() if body.limits is None else body.limits.to_domain()
+    return TenantCreated.made(*await _tenants(request).create(body.name, limits))
 
 
 @router.get("/tenants", tags=["tenants"])
 async def list_tenants(request: Request, who: Caller) -> TenantList:
-    """Every tenant (a tenant key: its own)."""
-    tenants = await _tenants(request).list()
-    return TenantList(tenants=[TenantOut.of(t) for t in tenants if who.sees(t.tenant)])
+    """Every tenant (a tenant key: its own), with its limits and usage."""
+    tenants = _tenants(request)
+    shown = [t for t in await tenants.list() if who.sees(t.tenant)]
+    usage = await tenants.usage(None if who.is_admin else who.tenant)
+    return TenantList(tenants=[TenantOut.of(t, usage.get(t.tenant)) for t in shown])
 
 
 @router.get("/tenants/{name}", tags=["tenants"])
 async def get_tenant(request: Request, who: Caller, name: TenantPath) -> TenantOut:
+    """One tenant, with its limits and usage (`usage.jobs`: how many jobs it has)."""
     visible_tenant(who, name)
-    return TenantOut.of(await _tenants(request).get(name))
+    return await _tenant_out(_tenants(request), await _tenants(request).get(name))
 
 
 @router.patch("/tenants/{name}", tags=["tenants"])
@@ -305,14 +423,24 @@ async def update_tenant(
     request: Request, who: Admin, name: TenantPath, body: TenantPatch
 ) -> TenantOut:
     """Change the tenant's settings given in the body (an admin key); the others stay.
-    `egress`: hosts its jobs' webhooks and alerts may (`allow`) or may not (`deny`) reach."""
+    `egress`: hosts its jobs' webhooks and alerts may (`allow`) or may not (`deny`) reach.
+    `limits`: merged (a limit set to null is removed); applied by this API process at once, by
+    the others within 1.5 s."""
     noted(resource=f"tenant {name}", tenant=name)
     tenants = _tenants(request)
-    if "egress" not in body.model_fields_set:
-        return TenantOut.of(await tenants.get(name))
-    egress = body.egress
-    allow, deny = (None, None) if egress is None else (egress.allow, egress.deny)
-    return TenantOut.of(await tenants.set_egress(name, allow, deny))
+    tenant = await tenants.get(name)
+    if body.limits is not None and body.limits.model_fields_set:
+        tenant = await tenants.set_limits(name, body.limits.changes())
+    if "egress" in body.model_fields_set:
+        egress = body.egress
+        allow, deny = (None, None) if egress is None else (egress.allow, egress.deny)
+        tenant = await tenants.set_egress(name, allow, deny)
+    return await _tenant_out(tenants, tenant)
+
+
+async def _tenant_out(tenants: TenantService, tenant: Tenant) -> TenantOut:
+    usage = await tenants.usage(tenant.tenant)
+    return TenantOut.of(tenant, usage.get(tenant.tenant))
 
 
 @router.delete("/tenants/{name}", status_code=204, tags=["tenants"])

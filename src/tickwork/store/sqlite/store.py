@@ -39,6 +39,7 @@ from tickwork.domain.runs import (
     manual_key,
     occurrence_key,
 )
+from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits, check_job_quota
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
 from tickwork.sealing import Keyring
@@ -123,13 +124,15 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         return await self._reader.run(lambda conn: conn.execute(statement.text, params).fetchall())
 
     # -- jobs -------------------------------------------------------------------------------
-    async def create_job(self, job: Job) -> Job:
-        await self._write(
-            lambda conn: conn.execute(
-                SQL.insert_job.text,
-                rows.job_params(job, partitions=self._partitions, sealed=self._columns),
-            )
-        )
+    async def create_job(self, job: Job, *, check_quota: bool = False) -> Job:
+        params = rows.job_params(job, partitions=self._partitions, sealed=self._columns)
+
+        def insert(conn: sqlite3.Connection) -> None:
+            if check_quota:
+                _check_quota(conn, job.tenant)
+            conn.execute(SQL.insert_job.text, params)
+
+        await self._write(insert)
         self._watchers.notify("jobs")
         return job
 
@@ -521,7 +524,12 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         return await reseal_all(RESEAL, self._columns, self._query, write)
 
     async def create_tenant(
-        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+        self,
+        tenant: str,
+        *,
+        now: datetime,
+        webhook_secrets: Sequence[str] = (),
+        limits: TenantLimits = NO_LIMITS,
     ) -> Tenant:
         params = {
             "tenant": tenant,
@@ -529,6 +537,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
             "webhook_secrets": self._columns.write_secrets(
                 tuple(webhook_secrets), purpose=TENANT_SECRETS
             ),
+            "limits": rows.limits_text(limits),
         }
         row = await self._write(
             lambda conn: conn.execute(SQL.insert_tenant.text, params).fetchone()
@@ -541,6 +550,17 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         params = {"tenant": tenant, "egress": rows.egress_text(egress), "now": to_us(now)}
         row = await self._write(
             lambda conn: conn.execute(SQL.set_tenant_egress.text, params).fetchone()
+        )
+        if row is None:
+            raise NotFound("tenant", tenant)
+        return rows.tenant_from_row(row, self._columns)
+
+    async def set_tenant_limits(
+        self, tenant: str, limits: TenantLimits, *, now: datetime
+    ) -> Tenant:
+        params = {"tenant": tenant, "limits": rows.limits_text(limits), "now": to_us(now)}
+        row = await self._write(
+            lambda conn: conn.execute(SQL.set_tenant_limits.text, params).fetchone()
         )
         if row is None:
             raise NotFound("tenant", tenant)
@@ -820,3 +840,13 @@ def _plan_params(plan: ClaimPlan) -> dict[str, Any]:
         # The runs of a job with an overlap policy enter tw_runs_active (migration 0010).
         "guarded": int(plan.overlap is not OverlapPolicy.ALLOW),
     }
+
+
+def _check_quota(conn: sqlite3.Connection, tenant: str) -> None:
+    """QuotaExceeded if `tenant` is at its job quota. Runs in the insert's write transaction:
+    SQLite admits one writer at a time, so no other create can slip in before the insert."""
+    found = conn.execute(SQL.tenant_limits.text, {"tenant": tenant}).fetchone()
+    limits = rows.limits_from_text(None if found is None else found["limits"])
+    if limits.max_jobs is not None:
+        [jobs] = conn.execute(SQL.count_tenant_jobs.text, {"tenant": tenant}).fetchone()
+        check_job_quota(tenant, limits, int(jobs))
