@@ -28,9 +28,11 @@ class CountingStore(MemoryStore):
         self.reads = 0
         self.gate = asyncio.Event()
         self.gate.set()
+        self.reached = asyncio.Event()  # a read has reached the store
 
     async def get_tenant(self, tenant: str) -> Tenant | None:
         self.reads += 1
+        self.reached.set()
         await self.gate.wait()
         return await super().get_tenant(tenant)
 
@@ -94,8 +96,7 @@ async def test_requests_at_once_share_one_read() -> None:
     store, _clock, rates = await setup(None)
     store.gate.clear()
     waiting = [asyncio.create_task(rates.admit("acme")) for _ in range(50)]
-    while store.reads == 0:
-        await asyncio.sleep(0)  # let the first request reach the store (no time passes)
+    await store.reached.wait()
     store.gate.set()
     await asyncio.gather(*waiting)
     assert store.reads == 1
