@@ -96,13 +96,13 @@ async def test_patch_merges_and_null_removes_a_limit(api: Api) -> None:
 @pytest.mark.parametrize(
     ("limits", "field", "code", "says"),
     [
-        ({"max_jobs": 0}, "limits.max_jobs", "invalid_limit", "give 1 to 1e+08 jobs"),
+        ({"max_jobs": 0}, "limits.max_jobs", "invalid_limit", "give 1 to 100,000,000 jobs"),
         ({"max_jobs": 1.5}, "limits.max_jobs", "invalid", ""),
         ({"max_jobs": True}, "limits.max_jobs", "invalid", ""),
         ({"max_api_rps": 0}, "limits.max_api_rps", "invalid_limit", "a number above 0"),
         ({"max_api_rps": "5"}, "limits.max_api_rps", "invalid", ""),
         ({"max_fires_per_s": 1e7}, "limits.max_fires_per_s", "invalid_limit", "above the max"),
-        ({"weight": 1001}, "limits.weight", "invalid_limit", "leave it out"),
+        ({"weight": 1001}, "limits.weight", "invalid_limit", "null: the default, 1"),
         ({"max_concurrent_runs": -1}, "limits.max_concurrent_runs", "invalid_limit", ""),
         ({"max_job": 5}, "limits.max_job", "unknown_field", "max_job"),
     ],

@@ -58,7 +58,7 @@ def test_a_bad_value_names_its_field_and_the_fix(name: str, value: object, said:
     assert error.field == f"limits.{name}"
     assert error.code == "invalid_limit"
     assert said in error.message
-    assert f"to {BOUNDS[name].maximum:g} {BOUNDS[name].unit}" in error.message
+    assert f"to {BOUNDS[name].maximum:,.0f} {BOUNDS[name].unit}" in error.message
 
 
 def test_a_limit_that_can_be_removed_says_how() -> None:

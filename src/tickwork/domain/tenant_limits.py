@@ -104,16 +104,23 @@ def check_limit(name: str, value: object) -> None:
         raise InvalidInput(where, f"give a finite number: {fix}", code=INVALID_LIMIT)
     if bounds.whole and value != int(value):
         raise InvalidInput(where, f"give a whole number: {fix}", code=INVALID_LIMIT)
-    if value <= 0 or (bounds.whole and value < 1):
-        raise InvalidInput(where, f"{value:g} is not a limit: {fix}", code=INVALID_LIMIT)
+    if value <= 0:
+        raise InvalidInput(where, f"{_shown(value)} is not a limit: {fix}", code=INVALID_LIMIT)
     if value > bounds.maximum:
-        raise InvalidInput(where, f"{value:g} is above the maximum: {fix}", code=INVALID_LIMIT)
+        raise InvalidInput(
+            where, f"{_shown(value)} is above the maximum: {fix}", code=INVALID_LIMIT
+        )
 
 
 def _fix(name: str, bounds: LimitBounds) -> str:
     low = "1" if bounds.whole else "a number above 0"
-    remove = "leave it out" if name == "weight" else "null removes the limit"
-    return f"give {low} to {bounds.maximum:g} {bounds.unit} ({remove})"
+    remove = "null: the default, 1" if name == "weight" else "null removes the limit"
+    return f"give {low} to {_shown(bounds.maximum)} {bounds.unit} ({remove})"
+
+
+def _shown(value: float) -> str:
+    """A number as people read it: 100,000,000 rather than 1e+08."""
+    return f"{value:,.0f}" if value == int(value) and abs(value) < 1e15 else f"{value:,g}"
 
 
 def merged(current: TenantLimits, changes: Mapping[str, int | float | None]) -> TenantLimits:
