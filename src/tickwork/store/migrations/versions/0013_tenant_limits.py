@@ -7,7 +7,7 @@
   tenant's key (its request rate).
 
 Revision ID: 0013
-Revises: 0011 (for now: 0012 lands from another branch; this switches to 0012 at the merge)
+Revises: 0012
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
