@@ -11,10 +11,12 @@ TickworkError
  |    +-- StaleJob         the job was claimed since it was read: re-read and retry
  |    +-- TenantExists     a tenant of that name exists already
  |    +-- TenantHasJobs    a tenant that jobs still name cannot be deleted
+ |    +-- QuotaExceeded    the tenant is at a quota of its limits (`limits.max_jobs`)
  +-- Unauthenticated       no API key, or one that is unknown, revoked or expired (HTTP 401)
  +-- Forbidden             the key's role does not allow this (HTTP 403); a resource of
  |                         another tenant is NotFound instead, as if it did not exist
- +-- RateLimited           the key sent more requests than its limit (HTTP 429, Retry-After)
+ +-- RateLimited           the key, or its tenant, sent more requests than its limit (HTTP
+ |                         429, Retry-After)
  +-- StoreError            the schedule store failed: it refused a statement, the schema is
  |    |                    missing or newer, a migration failed (HTTP 503, CLI exit 1)
  |    +-- StoreUnavailable the store cannot be reached right now: connection refused, dropped
@@ -109,14 +111,34 @@ class TenantHasJobs(Conflict):
         self.jobs = jobs
 
 
+class QuotaExceeded(Conflict):
+    """The tenant has `count` jobs and its `limits.max_jobs` is `limit`: no job was added."""
+
+    code = "quota_exceeded"
+    field = "limits.max_jobs"
+
+    def __init__(self, tenant: str, *, limit: int, count: int) -> None:
+        noun = "job" if count == 1 else "jobs"
+        super().__init__(
+            f"tenant {tenant!r} has {count} {noun} and its limits.max_jobs is {limit} (completed "
+            "and paused jobs count): delete jobs of this tenant, or have an admin raise the "
+            f"limit (PATCH /v1/tenants/{tenant}, tickwork tenants update {tenant} --max-jobs N)"
+        )
+        self.tenant = tenant
+        self.limit = limit
+        self.count = count
+
+
 class RateLimited(TickworkError):
-    """Too many requests with one key; `retry_after_s` says when the next one is admitted."""
+    """Too many requests with one key (or its tenant: `field` names the tenant's limit);
+    `retry_after_s` says when the next one is admitted."""
 
     code = "rate_limited"
 
-    def __init__(self, message: str, *, retry_after_s: float) -> None:
+    def __init__(self, message: str, *, retry_after_s: float, field: str | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.field = field
 
 
 class StoreError(TickworkError):

@@ -4,8 +4,9 @@ Keys are an admin's business (every route here needs an admin key), except that 
 may read its own tenant (`GET /v1/tenants`, `GET /v1/tenants/{name}`). A key's secret appears
 once, in the answer to its creation; afterwards only its prefix identifies it.
 
-`PATCH /v1/tenants/{name}` is a partial update of a tenant's settings (today `egress`, its
-destination lists; more settings will join it): a field left out keeps its value.
+`PATCH /v1/tenants/{name}` is a partial update of a tenant's settings (`egress`, its
+destination lists, and `limits`): a field left out keeps its value. Within `limits` too: a
+limit left out is kept, one given as null is removed.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from tickwork.api.audit import noted
 from tickwork.api.auth import Admin, Caller, visible_tenant
 from tickwork.api.routes import ERROR_RESPONSES
 from tickwork.api.schemas import Instant, InstantOut, documented
+from tickwork.api.tenant_limits import LimitsIn, LimitsOut, UsageOut
 from tickwork.clock import utc_iso
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.egress import MAX_PATTERN_CHARS, MAX_PATTERNS
 from tickwork.domain.keys import ApiKey, Role
+from tickwork.domain.tenant_limits import TenantLimits
 from tickwork.domain.tenants import Tenant
 from tickwork.services.keys import CreatedKey, KeyService
-from tickwork.services.tenants import TENANT_NAME, NewSecret, TenantService
+from tickwork.services.tenants import TENANT_NAME, NewSecret, TenantService, TenantUsage
 
 # The prefix is declared here, not where the router is included: the audit trail names routes
 # by their own path.
@@ -117,6 +120,7 @@ class TenantCreate(_Input):
         examples=["payments"],
         **documented(pattern=TENANT_NAME.pattern.join("^$")),
     )
+    limits: LimitsIn | None = Field(None, description="left out or null: no limits")
 
 
 _PATTERN_HELP = (
@@ -151,6 +155,11 @@ class TenantPatch(_Input):
         description="replaces the tenant's destination lists whole; null clears them; left out:"
         " unchanged. They narrow what the SSRF guard permits, never widen it",
     )
+    limits: LimitsIn | None = Field(
+        None,
+        description="merged into the tenant's limits: a limit given is set, one given as null"
+        " is removed, one left out is kept; null or {}: no change",
+    )
 
 
 class TenantOut(_Output):
@@ -158,14 +167,18 @@ class TenantOut(_Output):
     created_at: InstantOut
     updated_at: InstantOut
     egress: EgressOut = Field(description="where the tenant's webhooks and alerts may go")
+    limits: LimitsOut = Field(description="null: no such limit")
+    usage: UsageOut = Field(description="what the tenant uses now, against its limits")
 
     @classmethod
-    def of(cls, tenant: Tenant) -> TenantOut:
+    def of(cls, tenant: Tenant, usage: TenantUsage | None = None) -> TenantOut:
         return cls(
             name=tenant.tenant,
             created_at=utc_iso(tenant.created_at),
             updated_at=utc_iso(tenant.updated_at),
             egress=EgressOut(allow=list(tenant.egress.allow), deny=list(tenant.egress.deny)),
+            limits=LimitsOut.of(tenant.limits),
+            usage=UsageOut(jobs=0 if usage is None else usage.jobs),
         )
 
 
@@ -281,23 +294,27 @@ async def list_audit(
 
 @router.post("/tenants", status_code=201, tags=["tenants"])
 async def create_tenant(request: Request, who: Admin, body: TenantCreate) -> TenantCreated:
-    """A new tenant, with a generated webhook signing secret shown in this answer only; 409
-    `tenant_exists` if it exists."""
+    """A new tenant, with its `limits` if given, and a generated webhook signing secret shown
+    in this answer only; 409 `tenant_exists` if it exists."""
     noted(resource=f"tenant {body.name}", tenant=body.name)
-    return TenantCreated.made(*await _tenants(request).create(body.name))
+    limits = TenantLimits() if body.limits is None else body.limits.to_domain()
+    return TenantCreated.made(*await _tenants(request).create(body.name, limits))
 
 
 @router.get("/tenants", tags=["tenants"])
 async def list_tenants(request: Request, who: Caller) -> TenantList:
-    """Every tenant (a tenant key: its own)."""
-    tenants = await _tenants(request).list()
-    return TenantList(tenants=[TenantOut.of(t) for t in tenants if who.sees(t.tenant)])
+    """Every tenant (a tenant key: its own), with its limits and usage."""
+    tenants = _tenants(request)
+    shown = [t for t in await tenants.list() if who.sees(t.tenant)]
+    usage = await tenants.usage(None if who.is_admin else who.tenant)
+    return TenantList(tenants=[TenantOut.of(t, usage.get(t.tenant)) for t in shown])
 
 
 @router.get("/tenants/{name}", tags=["tenants"])
 async def get_tenant(request: Request, who: Caller, name: TenantPath) -> TenantOut:
+    """One tenant, with its limits and usage (`usage.jobs`: how many jobs it has)."""
     visible_tenant(who, name)
-    return TenantOut.of(await _tenants(request).get(name))
+    return await _tenant_out(_tenants(request), await _tenants(request).get(name))
 
 
 @router.patch("/tenants/{name}", tags=["tenants"])
@@ -305,14 +322,24 @@ async def update_tenant(
     request: Request, who: Admin, name: TenantPath, body: TenantPatch
 ) -> TenantOut:
     """Change the tenant's settings given in the body (an admin key); the others stay.
-    `egress`: hosts its jobs' webhooks and alerts may (`allow`) or may not (`deny`) reach."""
+    `egress`: hosts its jobs' webhooks and alerts may (`allow`) or may not (`deny`) reach.
+    `limits`: merged (a limit set to null is removed); applied by this API process at once, by
+    the others within 1.5 s."""
     noted(resource=f"tenant {name}", tenant=name)
     tenants = _tenants(request)
-    if "egress" not in body.model_fields_set:
-        return TenantOut.of(await tenants.get(name))
-    egress = body.egress
-    allow, deny = (None, None) if egress is None else (egress.allow, egress.deny)
-    return TenantOut.of(await tenants.set_egress(name, allow, deny))
+    tenant = await tenants.get(name)
+    if body.limits is not None and body.limits.model_fields_set:
+        tenant = await tenants.set_limits(name, body.limits.changes())
+    if "egress" in body.model_fields_set:
+        egress = body.egress
+        allow, deny = (None, None) if egress is None else (egress.allow, egress.deny)
+        tenant = await tenants.set_egress(name, allow, deny)
+    return await _tenant_out(tenants, tenant)
+
+
+async def _tenant_out(tenants: TenantService, tenant: Tenant) -> TenantOut:
+    usage = await tenants.usage(tenant.tenant)
+    return TenantOut.of(tenant, usage.get(tenant.tenant))
 
 
 @router.delete("/tenants/{name}", status_code=204, tags=["tenants"])

@@ -24,6 +24,7 @@ from tickwork.services.cluster import ClusterService
 from tickwork.services.dead_letters import DeadLetterService
 from tickwork.services.jobs import JobService
 from tickwork.services.keys import KeyService
+from tickwork.services.tenant_rates import TenantRates
 from tickwork.services.tenants import TenantService
 from tickwork.settings import Settings
 from tickwork.store.base import ScheduleStore
@@ -53,10 +54,13 @@ def create_app(
         docs_url="/docs",
         redoc_url=None,
     )
+    # A tenant's request rate, from a short cache of its limits; a change made through this
+    # process reaches it at once.
+    app.state.tenant_rates = tenant_rates = TenantRates(store, clock)
     app.state.tickwork = ApiContext(
         jobs=JobService(store, clock),
         dead_letters=DeadLetterService(store, clock),
-        tenants=TenantService(store, clock),
+        tenants=TenantService(store, clock, on_limits_changed=tenant_rates.forget),
         store=store,
         clock=clock,
         egress=AddressPolicy(allow=settings.webhook_allow),

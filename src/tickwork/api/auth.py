@@ -11,6 +11,9 @@ A key without the right gets 403. A resource of another tenant is 404, worded ex
 one that does not exist, on every route (lists, runs, dead letters, redrives, secrets), so a
 tenant learns nothing about the others, not even which ids exist.
 
+A tenant key's requests also count against its tenant's `limits.max_api_rps`, in this API
+process (services/tenant_rates.py); admin keys belong to no tenant and have no such limit.
+
 /healthz stays open. /metrics, /docs and /openapi.json are open to clients on loopback, and
 need a key from elsewhere unless `TICKWORK_OPEN_OPS=true` (`ops_guard`).
 """
@@ -29,6 +32,7 @@ from tickwork.domain.jobs import Job
 from tickwork.domain.keys import Principal
 from tickwork.errors import Forbidden, NotFound, StoreError, Unauthenticated
 from tickwork.services.keys import KeyService
+from tickwork.services.tenant_rates import TenantRates
 
 __all__ = [
     "OPS_PATHS",
@@ -53,9 +57,13 @@ def _keys(request: Request) -> KeyService:
 
 
 async def caller(request: Request) -> Principal:
-    """The principal of the request's key; Unauthenticated (401) without a usable one."""
+    """The principal of the request's key; Unauthenticated (401) without a usable one,
+    RateLimited (429) over the key's limit or its tenant's `limits.max_api_rps`."""
     principal = await _keys(request).authenticate(request.headers.get("authorization"))
     noted(principal=principal)
+    if principal.tenant is not None:
+        rates: TenantRates = request.app.state.tenant_rates
+        await rates.admit(principal.tenant)
     return principal
 
 

@@ -6,11 +6,15 @@ Which exception becomes which response (tickwork's own errors: `ERROR_MAP`, firs
     Unauthenticated                    401     "unauthenticated", with WWW-Authenticate
     Forbidden                          403     "forbidden"
     RateLimited                        429     "rate_limited", with Retry-After (its own wait)
+                                               and, for a tenant's limit, field
+                                               "limits.max_api_rps"
     InvalidInput                       422     its own (default "invalid"), with its field
                                        (or its own status: 400 for a bad cursor)
     NotFound / unknown route           404     "not_found"
       ... NotDeadLettered              404     "not_dead_lettered"
     Conflict, StaleJob                 409     "conflict"
+      ... TenantExists, TenantHasJobs  409     their own ("tenant_exists", "tenant_has_jobs")
+      ... QuotaExceeded                409     "quota_exceeded", field "limits.max_jobs"
     StoreError, StoreUnavailable       503     "store_unavailable", with Retry-After
     QueueError, QueueUnavailable       503     its own ("queue_error", "queue_unavailable"),
                                                with Retry-After
@@ -179,7 +183,11 @@ async def _tickwork_error(request: Request, exc: TickworkError) -> JSONResponse:
     if isinstance(exc, RateLimited):
         headers["Retry-After"] = retry_after_header(exc.retry_after_s)
     code = mapped.code or exc.code
-    return error_response(mapped.status, code, f"{mapped.prefix}{exc}", headers=headers or None)
+    # Errors about one setting (a tenant's quota or rate) name it, as InvalidInput does.
+    field = getattr(exc, "field", None)
+    return error_response(
+        mapped.status, code, f"{mapped.prefix}{exc}", field, headers=headers or None
+    )
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -28,6 +28,7 @@ from tickwork.domain.masking import restore_headers, restore_url
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import AttemptRecord, Run, unrecorded_lost_attempt
+from tickwork.domain.tenant_limits import check_job_quota
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, InvalidInput, StaleJob
 from tickwork.services.rules import (
@@ -139,7 +140,8 @@ class JobService:
             retry=retry,
             on_failure=spec.on_failure,
         )
-        return await self._store.create_job(job)
+        # The store checks the quota under a lock; a tenant without one pays nothing for it.
+        return await self._store.create_job(job, check_quota=tenant.limits.max_jobs is not None)
 
     async def require_tenant(self, tenant: str) -> Tenant:
         """The tenant; raises InvalidInput (code "unknown_tenant") unless it exists."""
@@ -184,6 +186,8 @@ class JobService:
 
     async def update(self, job_id: str, patch: JobPatch) -> Job:
         tenant = None if patch.tenant is None else await self.require_tenant(patch.tenant)
+        if tenant is not None:
+            await self._check_move_quota(job_id, tenant)
         if tenant is None and _moves_urls(patch):
             tenant = await self._store.get_tenant((await self._store.get_job(job_id)).tenant)
 
@@ -196,6 +200,17 @@ class JobService:
             return edited
 
         return await self._edit(job_id, change)
+
+    async def _check_move_quota(self, job_id: str, tenant: Tenant) -> None:
+        """A job moved to another tenant counts against that tenant's `max_jobs`. Checked
+        before the move without a lock: concurrent moves (unlike creates) may pass the quota
+        together; creates after them are refused until the tenant is under it again."""
+        if tenant.limits.max_jobs is None:
+            return
+        if (await self._store.get_job(job_id)).tenant == tenant.tenant:
+            return
+        counts = await self._store.count_tenant_jobs(tenant.tenant)
+        check_job_quota(tenant.tenant, tenant.limits, counts.get(tenant.tenant, 0))
 
     async def pause(self, job_id: str, note: str | None = None) -> Job:
         return await self._edit(job_id, lambda job, now: paused(job, now, note))

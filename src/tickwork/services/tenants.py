@@ -5,7 +5,10 @@ A job names an existing tenant (`default` exists in every database). An admin cr
 deletes tenants; a tenant with jobs cannot be deleted, and deleting one revokes its keys.
 Secrets are write-only here as everywhere: callers get a `TenantSigning` with fingerprints,
 never the secrets, except a secret tickwork generates, shown once in the answer that made it.
-Per-tenant limits will live on the same resource.
+
+Limits (domain/tenant_limits.py) are set when a tenant is created and changed field by field
+(`set_limits`: a field given as None removes that limit). A change is announced to
+`on_limits_changed` (the API's request-rate cache), so this process applies it at once.
 
 Signed by default: a new tenant gets a generated signing secret, and a tenant whose signing was
 never configured (`default` and the tenants an upgrade created) gets one when an API process
@@ -21,20 +24,21 @@ from __future__ import annotations
 
 import builtins
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
 from tickwork.clock import Clock
 from tickwork.domain.egress import BadPattern, parse_rules, tenant_refusal
+from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits, check_limits, merged
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import InvalidInput, NotFound
 from tickwork.services.rules import MAX_TENANT_CHARS, check_secrets, check_tenant
 from tickwork.store.base import ScheduleStore
 from tickwork.webhooks import fingerprint, generate_secret
 
-__all__ = ["NewSecret", "TenantService", "TenantSigning", "check_job_egress"]
+__all__ = ["NewSecret", "TenantService", "TenantSigning", "TenantUsage", "check_job_egress"]
 
 SECRETS_FIELD: Final = "secrets"
 EGRESS_FIELD: Final = "egress"
@@ -60,21 +64,37 @@ class NewSecret:
     signing: TenantSigning
 
 
-class TenantService:
-    """A tenant's signing secrets: set, shown as fingerprints, cleared."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TenantUsage:
+    """What a tenant uses of its limits."""
 
-    def __init__(self, store: ScheduleStore, clock: Clock) -> None:
+    jobs: int  # every job of the tenant, whatever its state (what limits.max_jobs counts)
+
+
+class TenantService:
+    """Tenants: created, listed, deleted; their signing secrets, lists and limits."""
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        clock: Clock,
+        *,
+        on_limits_changed: Callable[[str], None] | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._on_limits_changed = on_limits_changed
 
-    async def create(self, name: str) -> tuple[Tenant, NewSecret]:
+    async def create(self, name: str, limits: TenantLimits = NO_LIMITS) -> tuple[Tenant, NewSecret]:
         """A new tenant with a generated signing secret (returned to show once). Raises
-        InvalidInput for a bad name, TenantExists if it exists."""
+        InvalidInput for a bad name or limit, TenantExists if it exists."""
         check_tenant_name(name)
+        check_limits(limits)
         secret = generate_secret()
         tenant = await self._store.create_tenant(
-            name, now=self._clock.now(), webhook_secrets=(secret,)
+            name, now=self._clock.now(), webhook_secrets=(secret,), limits=limits
         )
+        self._limits_changed(name)
         signing = _signing(name, tenant.webhook_secrets, tenant.updated_at)
         return tenant, NewSecret(secret=secret, signing=signing)
 
@@ -133,9 +153,30 @@ class TenantService:
             raise InvalidInput(where, exc.detail, code=BAD_PATTERN) from None
         return await self._store.set_tenant_egress(name, rules, now=self._clock.now())
 
+    async def set_limits(self, name: str, changes: Mapping[str, int | float | None]) -> Tenant:
+        """Change the given limits (None removes that limit), keep the others. Raises
+        InvalidInput naming `limits.<field>`, NotFound for an unknown tenant. A lower
+        `max_jobs` than the tenant's jobs is accepted: its existing jobs stay, and it can add
+        none until it is under the limit again."""
+        current = await self.get(name)
+        limits = merged(current.limits, changes)
+        stored = await self._store.set_tenant_limits(name, limits, now=self._clock.now())
+        self._limits_changed(name)
+        return stored
+
+    async def usage(self, name: str | None = None) -> dict[str, TenantUsage]:
+        """Usage by tenant (every tenant, or `name` only); a tenant without jobs is absent."""
+        counts = await self._store.count_tenant_jobs(name)
+        return {tenant: TenantUsage(jobs=n) for tenant, n in counts.items()}
+
     async def delete(self, name: str) -> None:
         """Delete a tenant without jobs and revoke its keys. Raises NotFound, TenantHasJobs."""
         await self._store.delete_tenant(name, now=self._clock.now())
+        self._limits_changed(name)
+
+    def _limits_changed(self, name: str) -> None:
+        if self._on_limits_changed is not None:
+            self._on_limits_changed(name)
 
     async def signing(self, tenant: str) -> TenantSigning:
         check_tenant(tenant)

@@ -48,6 +48,7 @@ from tickwork.domain.keys import ApiKey
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.partitions import DueHead, Node, PartitionLease
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome
+from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits
 from tickwork.domain.tenants import Tenant
 
 Topic = Literal["jobs", "runs", "cluster"]
@@ -270,9 +271,16 @@ class StoreLifecycle(Protocol):
 
 
 class JobStore(Protocol):
-    async def create_job(self, job: Job) -> Job:
+    async def create_job(self, job: Job, *, check_quota: bool = False) -> Job:
         """Store a new job, as given (the caller has set its id, next_run_at and state);
-        returns it. Wakes the watchers of "jobs"."""
+        returns it. Wakes the watchers of "jobs".
+
+        `check_quota` (the caller saw a `limits.max_jobs` on the job's tenant): in the same
+        transaction, read the tenant's limits as they are now and count its jobs (every
+        state), and raise QuotaExceeded (nothing stored) if it has `max_jobs` already.
+        Concurrent creates for one tenant, from any process, are counted one after the other
+        (PostgreSQL locks the tenant's row; SQLite has one writer), so together they never
+        pass the quota. A tenant that does not exist is not checked here."""
         ...
 
     async def get_job(self, job_id: str) -> Job:
@@ -715,10 +723,15 @@ class AccessStore(Protocol):
         ...
 
     async def create_tenant(
-        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+        self,
+        tenant: str,
+        *,
+        now: datetime,
+        webhook_secrets: Sequence[str] = (),
+        limits: TenantLimits = NO_LIMITS,
     ) -> Tenant:
-        """Create the tenant with these signing secrets (created_at = updated_at = `now`);
-        returns it. Raises TenantExists (a Conflict) if it exists."""
+        """Create the tenant with these signing secrets and limits (created_at = updated_at =
+        `now`); returns it. Raises TenantExists (a Conflict) if it exists."""
         ...
 
     async def list_tenants(self) -> list[Tenant]:
@@ -729,6 +742,19 @@ class AccessStore(Protocol):
         """Replace the tenant's destination lists (empty rules: none), keeping its other
         settings; updated_at becomes `now`. Returns the tenant as stored. Raises
         NotFound("tenant", tenant) if it does not exist (the row is not created)."""
+        ...
+
+    async def set_tenant_limits(
+        self, tenant: str, limits: TenantLimits, *, now: datetime
+    ) -> Tenant:
+        """Replace the tenant's limits whole (empty: none), keeping its other settings;
+        updated_at becomes `now`. Returns the tenant as stored. Raises NotFound("tenant",
+        tenant) if it does not exist (the row is not created)."""
+        ...
+
+    async def count_tenant_jobs(self, tenant: str | None = None) -> dict[str, int]:
+        """How many jobs each tenant has, in every state (its usage against
+        `limits.max_jobs`); with `tenant`, that tenant only. A tenant without jobs is absent."""
         ...
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:

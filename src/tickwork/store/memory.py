@@ -47,6 +47,7 @@ from tickwork.domain.runs import (
     manual_key,
     occurrence_key,
 )
+from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits, check_job_quota
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
 from tickwork.store.base import (
@@ -123,7 +124,11 @@ class MemoryStore:
         return self._watchers.watch(topic)
 
     # -- jobs -------------------------------------------------------------------------------
-    async def create_job(self, job: Job) -> Job:
+    async def create_job(self, job: Job, *, check_quota: bool = False) -> Job:
+        tenant = self._tenants.get(job.tenant)
+        if check_quota and tenant is not None:
+            jobs = sum(1 for j in self._jobs.values() if j.tenant == job.tenant)
+            check_job_quota(job.tenant, tenant.limits, jobs)
         self._jobs[job.id] = job
         self._watchers.notify("jobs")
         return job
@@ -812,7 +817,12 @@ class MemoryStore:
         )
 
     async def create_tenant(
-        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+        self,
+        tenant: str,
+        *,
+        now: datetime,
+        webhook_secrets: Sequence[str] = (),
+        limits: TenantLimits = NO_LIMITS,
     ) -> Tenant:
         if tenant in self._tenants:
             raise TenantExists(tenant)
@@ -821,6 +831,7 @@ class MemoryStore:
             webhook_secrets=tuple(webhook_secrets),
             created_at=now,
             updated_at=now,
+            limits=limits,
         )
         self._tenants[tenant] = created
         return created
@@ -835,6 +846,23 @@ class MemoryStore:
         stored = replace(current, egress=egress, updated_at=now)
         self._tenants[tenant] = stored
         return stored
+
+    async def set_tenant_limits(
+        self, tenant: str, limits: TenantLimits, *, now: datetime
+    ) -> Tenant:
+        current = self._tenants.get(tenant)
+        if current is None:
+            raise NotFound("tenant", tenant)
+        stored = replace(current, limits=limits, updated_at=now)
+        self._tenants[tenant] = stored
+        return stored
+
+    async def count_tenant_jobs(self, tenant: str | None = None) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for job in self._jobs.values():
+            if tenant is None or job.tenant == tenant:
+                counts[job.tenant] = counts.get(job.tenant, 0) + 1
+        return counts
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
         if tenant not in self._tenants:

@@ -36,6 +36,7 @@ from tickwork.domain.keys import ApiKey
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.partitions import DEFAULT_PARTITIONS, DueHead, Node
 from tickwork.domain.runs import Envelope, Fire, Run, RunOutcome, manual_key, occurrence_key
+from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits, check_job_quota
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, StoreError, TenantExists, TenantHasJobs
 from tickwork.sealing import Keyring
@@ -214,12 +215,25 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         await conn.execute(self._sql.notify.text, CHANNEL, topic)
 
     # -- jobs -------------------------------------------------------------------------------
-    async def create_job(self, job: Job) -> Job:
-        await self._write_notify(
-            self._sql.insert_job,
-            rows.job_params(job, partitions=self._partitions, sealed=self._columns),
-            "jobs",
-        )
+    async def create_job(self, job: Job, *, check_quota: bool = False) -> Job:
+        values = rows.job_params(job, partitions=self._partitions, sealed=self._columns)
+        if not check_quota:
+            await self._write_notify(self._sql.insert_job, values, "jobs")
+            return job
+        with translated("running insert_job within the tenant's quota"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                # The lock makes concurrent creates of this tenant queue here; each then
+                # counts in a statement of its own, whose snapshot sees the jobs the creates
+                # before it committed (READ COMMITTED takes a snapshot per statement).
+                tenant = {"tenant": job.tenant}
+                found = await _fetch(conn, self._sql.lock_tenant_limits, tenant)
+                limits = rows.limits_from_text(found[0]["limits"] if found else None)
+                if limits.max_jobs is not None:
+                    [counted] = await _fetch(conn, self._sql.count_tenant_jobs, tenant)
+                    check_job_quota(job.tenant, limits, int(counted["n"]))
+                await _run(conn, self._sql.insert_job, values)
+                await self._notify(conn, "jobs")
+        self._watchers.notify("jobs")
         return job
 
     async def update_job(self, job: Job, *, ledger: Sequence[LedgerRange] = ()) -> Job:
@@ -594,7 +608,12 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         return await reseal_all(RESEAL, self._columns, self._query, write)
 
     async def create_tenant(
-        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+        self,
+        tenant: str,
+        *,
+        now: datetime,
+        webhook_secrets: Sequence[str] = (),
+        limits: TenantLimits = NO_LIMITS,
     ) -> Tenant:
         values = {
             "tenant": tenant,
@@ -602,6 +621,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             "webhook_secrets": self._columns.write_secrets(
                 tuple(webhook_secrets), purpose=TENANT_SECRETS
             ),
+            "limits": rows.limits_text(limits),
         }
         found = await self._fetch(self._sql.insert_tenant, values, "creating a tenant")
         if not found:
@@ -611,6 +631,15 @@ class PostgresStore(SqlReads, SqlBackfillReads):
     async def set_tenant_egress(self, tenant: str, egress: EgressRules, *, now: datetime) -> Tenant:
         values = {"tenant": tenant, "egress": rows.egress_text(egress), "now": to_us(now)}
         found = await self._fetch(self._sql.set_tenant_egress, values, "setting a tenant's lists")
+        if not found:
+            raise NotFound("tenant", tenant)
+        return rows.tenant_from_row(found[0], self._columns)
+
+    async def set_tenant_limits(
+        self, tenant: str, limits: TenantLimits, *, now: datetime
+    ) -> Tenant:
+        values = {"tenant": tenant, "limits": rows.limits_text(limits), "now": to_us(now)}
+        found = await self._fetch(self._sql.set_tenant_limits, values, "setting a tenant's limits")
         if not found:
             raise NotFound("tenant", tenant)
         return rows.tenant_from_row(found[0], self._columns)

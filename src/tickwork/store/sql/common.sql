@@ -28,7 +28,7 @@ error
 
 -- fragment: tenant_columns
 -- Every column of tw_tenants (rows.tenant_from_row).
-tenant, webhook_secrets, created_us, updated_us, egress
+tenant, webhook_secrets, created_us, updated_us, egress, limits
 
 -- fragment: fire_returning
 -- What a lease of tw_runs returns (rows.fire_from_row): the run and, by primary-key lookups,
@@ -175,6 +175,22 @@ UPDATE tw_tenants SET egress = :egress, updated_us = :now
 WHERE tenant = :tenant
 RETURNING {tenant_columns}
 
+-- name: set_tenant_limits
+-- Replace an existing tenant's limits (JSON of the limits set, NULL: none); no row: no such
+-- tenant.
+UPDATE tw_tenants SET limits = :limits, updated_us = :now
+WHERE tenant = :tenant
+RETURNING {tenant_columns}
+
+-- name: count_tenant_jobs
+-- How many jobs one tenant has, in any state (its usage against limits.max_jobs;
+-- tw_jobs_tenant_name finds them).
+SELECT count(*) AS n FROM tw_jobs WHERE tenant = :tenant
+
+-- name: job_counts_by_tenant
+-- How many jobs each tenant has, in any state (a tenant without jobs has no row).
+SELECT tenant, count(*) AS n FROM tw_jobs GROUP BY tenant
+
 -- name: job_state_counts
 -- How many jobs are in each state (stats).
 SELECT state, count(*) AS n FROM tw_jobs GROUP BY state
@@ -243,9 +259,10 @@ UPDATE tw_api_keys SET revoked_us = coalesce(revoked_us, :now) WHERE id = :id
 RETURNING {key_columns}
 
 -- name: insert_tenant
--- Create a tenant with its signing secrets (sealed); no row returned if it exists already.
-INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us)
-VALUES (:tenant, :webhook_secrets, :now, :now)
+-- Create a tenant with its signing secrets (sealed) and limits; no row returned if it exists
+-- already.
+INSERT INTO tw_tenants (tenant, webhook_secrets, created_us, updated_us, limits)
+VALUES (:tenant, :webhook_secrets, :now, :now, :limits)
 ON CONFLICT (tenant) DO NOTHING
 RETURNING {tenant_columns}
 

@@ -668,6 +668,12 @@ WHERE k.id = u.id
 -- Every tenant, by name.
 SELECT {tenant_columns} FROM tw_tenants ORDER BY tenant COLLATE "C"
 
+-- name: lock_tenant_limits
+-- A tenant's limits, its row locked until the transaction ends: create_job of a tenant with a
+-- job quota takes it before counting, so concurrent creates (from any API process) count one
+-- after the other and never pass the quota together. No row: no such tenant.
+SELECT limits FROM tw_tenants WHERE tenant = :tenant FOR UPDATE
+
 -- name: delete_tenant
 -- Delete :tenant unless a job names it, and revoke at :now its keys not revoked already, in
 -- one statement. The tenant's row is locked first (a concurrent delete makes this one find

@@ -135,6 +135,13 @@ class SqlReads:
         found = await self._query(self._sql.list_keys, {"tenant": tenant})
         return [rows.key_from_row(r) for r in found]
 
+    async def count_tenant_jobs(self, tenant: str | None = None) -> dict[str, int]:
+        if tenant is None:
+            found = await self._query(self._sql.job_counts_by_tenant, {})
+            return {r["tenant"]: int(r["n"]) for r in found}
+        [row] = await self._query(self._sql.count_tenant_jobs, {"tenant": tenant})
+        return {tenant: int(row["n"])} if row["n"] else {}
+
     async def list_tenants(self) -> list[Tenant]:
         return [
             rows.tenant_from_row(r, self._columns)

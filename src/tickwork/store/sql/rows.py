@@ -40,6 +40,7 @@ from tickwork.domain.runs import (
     RunOutcome,
     RunStatus,
 )
+from tickwork.domain.tenant_limits import TenantLimits, limits_from_json, limits_to_json
 from tickwork.domain.tenants import Tenant
 from tickwork.sealing import SealedSecretError
 from tickwork.store.base import DueJob, NodeAnnouncement
@@ -232,6 +233,7 @@ def tenant_from_row(row: Row, sealed: SealedColumns) -> Tenant:
         created_at=from_us(row["created_us"]),
         updated_at=from_us(row["updated_us"]),
         egress=egress_from_text(row["egress"]),
+        limits=limits_from_text(row["limits"]),
     )
 
 
@@ -242,6 +244,15 @@ def egress_text(egress: EgressRules) -> str | None:
 
 def egress_from_text(text: str | None) -> EgressRules:
     return EgressRules() if text is None else rules_from_json(json.loads(text))
+
+
+def limits_text(limits: TenantLimits) -> str | None:
+    """A tenant's limits as stored: JSON of the limits that are set, or NULL when none is."""
+    return None if limits.empty else json.dumps(limits_to_json(limits), separators=(",", ":"))
+
+
+def limits_from_text(text: str | None) -> TenantLimits:
+    return TenantLimits() if text is None else limits_from_json(json.loads(text))
 
 
 def key_params(key: ApiKey) -> dict[str, Any]:

@@ -326,6 +326,11 @@ WHERE tw_api_keys.id = u.id
 -- Every tenant, by name.
 SELECT {tenant_columns} FROM tw_tenants ORDER BY tenant
 
+-- name: tenant_limits
+-- A tenant's limits (create_job's quota check, inside its write transaction: SQLite runs one
+-- writer at a time, so the count that follows cannot change before the insert).
+SELECT limits FROM tw_tenants WHERE tenant = :tenant
+
 -- name: tenant_jobs
 -- Whether :tenant exists, and how many jobs name it (delete_tenant's checks, in its
 -- transaction).

@@ -39,6 +39,7 @@ from tickwork.domain.runs import (
     manual_key,
     occurrence_key,
 )
+from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits, check_job_quota
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
 from tickwork.sealing import Keyring
@@ -123,9 +124,15 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         return await self._reader.run(lambda conn: conn.execute(statement.text, params).fetchall())
 
     # -- jobs -------------------------------------------------------------------------------
-    async def create_job(self, job: Job) -> Job:
+    async def create_job(self, job: Job, *, check_quota: bool = False) -> Job:
         params = rows.job_params(job, partitions=self._partitions, sealed=self._columns)
-        await self._write(lambda conn: _execute(conn, SQL.insert_job.text, params))
+
+        def insert(conn: sqlite3.Connection) -> None:
+            if check_quota:
+                _check_quota(conn, job.tenant)
+            conn.execute(SQL.insert_job.text, params).close()
+
+        await self._write(insert)
         self._watchers.notify("jobs")
         return job
 
@@ -523,7 +530,12 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         return await reseal_all(RESEAL, self._columns, self._query, write)
 
     async def create_tenant(
-        self, tenant: str, *, now: datetime, webhook_secrets: Sequence[str] = ()
+        self,
+        tenant: str,
+        *,
+        now: datetime,
+        webhook_secrets: Sequence[str] = (),
+        limits: TenantLimits = NO_LIMITS,
     ) -> Tenant:
         params = {
             "tenant": tenant,
@@ -531,6 +543,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
             "webhook_secrets": self._columns.write_secrets(
                 tuple(webhook_secrets), purpose=TENANT_SECRETS
             ),
+            "limits": rows.limits_text(limits),
         }
         row = await self._write(
             lambda conn: conn.execute(SQL.insert_tenant.text, params).fetchone()
@@ -543,6 +556,17 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         params = {"tenant": tenant, "egress": rows.egress_text(egress), "now": to_us(now)}
         row = await self._write(
             lambda conn: conn.execute(SQL.set_tenant_egress.text, params).fetchone()
+        )
+        if row is None:
+            raise NotFound("tenant", tenant)
+        return rows.tenant_from_row(row, self._columns)
+
+    async def set_tenant_limits(
+        self, tenant: str, limits: TenantLimits, *, now: datetime
+    ) -> Tenant:
+        params = {"tenant": tenant, "limits": rows.limits_text(limits), "now": to_us(now)}
+        row = await self._write(
+            lambda conn: conn.execute(SQL.set_tenant_limits.text, params).fetchone()
         )
         if row is None:
             raise NotFound("tenant", tenant)
@@ -856,3 +880,13 @@ def _execute(conn: sqlite3.Connection, text: str, params: Mapping[str, Any]) -> 
     API misuse"), as concurrent audit writes were.
     """
     conn.execute(text, params).close()
+
+
+def _check_quota(conn: sqlite3.Connection, tenant: str) -> None:
+    """QuotaExceeded if `tenant` is at its job quota. Runs in the insert's write transaction:
+    SQLite admits one writer at a time, so no other create can slip in before the insert."""
+    found = conn.execute(SQL.tenant_limits.text, {"tenant": tenant}).fetchone()
+    limits = rows.limits_from_text(None if found is None else found["limits"])
+    if limits.max_jobs is not None:
+        [jobs] = conn.execute(SQL.count_tenant_jobs.text, {"tenant": tenant}).fetchone()
+        check_job_quota(tenant, limits, int(jobs))
