@@ -125,6 +125,8 @@ async def test_a_tenant_s_hanging_target_costs_another_tenant_no_lateness(
         # A's instant leaves time to create its jobs on a slow machine; B's first observed
         # instant is a second after it, and B fires every second from then on.
         t0 = (clock.now() + 5 * SEC).replace(microsecond=0)
+        for tenant in ("a", "b"):
+            await store.create_tenant(tenant, now=clock.now())
         slow = WebhookTarget(url=f"http://127.0.0.1:{hanging.port}/hang", timeout_s=60.0)
         for n in range(A_RUNS):
             once = Schedule(trigger=AtTrigger(at=t0))

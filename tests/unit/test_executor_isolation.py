@@ -64,6 +64,8 @@ JOB_NUMBERS = itertools.count()
 
 async def add_runs(store: MemoryStore, tenant: str, target: Target, count: int) -> str:
     """A job of `tenant` with `count` manual runs, all leasable at T0; returns its id."""
+    if tenant not in {t.tenant for t in await store.list_tenants()}:
+        await store.create_tenant(tenant, now=T0)
     job_id = f"{tenant}-{next(JOB_NUMBERS):08d}"
     job = Job(
         id=job_id, name=job_id, tenant=tenant, target=target,

@@ -51,7 +51,7 @@ from tickwork.timing.outage import outage_pause_s
 from tickwork.waiting import first_of
 from tickwork.worker.admission import Admission, Lane, Pool, PoolLimits, origin_of, tenant_cap
 from tickwork.worker.base import Alerter, Attempt, Runner
-from tickwork.worker.job_tenants import JobTenants
+from tickwork.worker.job_tenants import DEFAULT_TENANT, JobTenants
 from tickwork.worker.lease_timing import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_LEASE_TTL_MS,
@@ -68,7 +68,6 @@ log = logging.getLogger("tickwork.executor")
 # CPU at 2,000 fires/s (py-spy). Waiting at least this long costs a fire under a millisecond.
 TIMER_FLOOR_S = 0.001
 MAX_IDLE_S = 1.0  # the longest the write loop sleeps without a wake-up
-DEFAULT_TENANT = "default"  # every fire's tenant when the executor is given no `tenants`
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -243,28 +242,35 @@ class Executor:
         return started
 
     def _want_tenant(self, job_id: str) -> None:
-        """Read the tenant of `job_id` now if it is not known: fires are submitted up to a
-        look-ahead before they are due, so the read is usually over by then."""
-        if self._tenants is None or self._tenants.known(job_id) is not None:
+        """Read the tenant of `job_id` now if it is not known (and the tenant list if it is
+        due): fires are submitted up to a look-ahead before they are due, so the read is
+        usually over by then."""
+        tenants = self._tenants
+        if tenants is None:
             return
-        self._to_learn.add(job_id)
-        if self._learning is None:
-            self._learning = asyncio.create_task(self._learn())
+        unknown = tenants.known(job_id) is None
+        if unknown:
+            self._to_learn.add(job_id)
+        if (unknown or tenants.stale()) and self._learning is None:
+            self._learning = asyncio.create_task(self._learn(tenants))
 
-    async def _learn(self) -> None:
+    async def _learn(self, tenants: JobTenants) -> None:
         try:
-            while self._to_learn:
+            while True:
                 batch, self._to_learn = self._to_learn, set()
-                assert self._tenants is not None
-                learnt = await self._tenants.learn(batch)
+                learnt = await tenants.learn(batch)
                 waiting, self._unresolved = self._unresolved, []
                 for fire in waiting:
                     tenant = learnt.get(fire.job_id)
+                    if tenant is None:
+                        tenant = tenants.known(fire.job_id)
                     if tenant is None:  # submitted after this batch began: in the next one
                         self._unresolved.append(fire)
                     else:
                         self._park(fire, tenant)
                 self._start_runners()
+                if not self._to_learn:
+                    break
         finally:
             self._learning = None
             self._check_idle()
