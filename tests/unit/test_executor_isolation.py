@@ -22,6 +22,7 @@ from tickwork.domain.jobs import (
 )
 from tickwork.domain.runs import Fire
 from tickwork.store.memory import MemoryStore
+from tickwork.worker.admission import Pool, PoolLimits
 from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
 from tickwork.worker.job_tenants import JobTenants
@@ -156,8 +157,8 @@ async def test_a_tenant_s_tasks_hold_at_most_its_share_of_the_task_slots() -> No
 async def test_a_waiting_first_attempt_starts_before_a_waiting_retry() -> None:
     store = MemoryStore()
     runner = Gate(held=lambda fire: fire.job_id == "blocker")
-    # Hand-made fires, no jobs to read tenants from: without `tenants`, all are one tenant's.
-    config = ExecutorConfig(node_id="w1", webhook_concurrency=1, tenant_share=1.0)
+    # Hand-made fires, no jobs to read tenants from: an executor without `tenants`.
+    config = ExecutorConfig(node_id="w1", webhook_concurrency=1)
     executor = Executor(store, ManualClock(T0), runner, config)
 
     def fire(job_id: str, attempt: int, late_s: int) -> Fire:
@@ -173,3 +174,11 @@ async def test_a_waiting_first_attempt_starts_before_a_waiting_retry() -> None:
     runner.opened.set()
     await executor.drain()
     assert runner.jobs_started() == ["blocker", "first", "late-first", "retry"]
+
+
+def test_the_default_limits_and_an_executor_that_cannot_tell_tenants_apart() -> None:
+    limits = ExecutorConfig(node_id="w1").limits()
+    assert limits[Pool.WEBHOOK] == PoolLimits(slots=512, tenant_cap=256, host_cap=32)
+    assert limits[Pool.TASK] == PoolLimits(slots=256, tenant_cap=128)
+    untold = ExecutorConfig(node_id="w1", max_per_host=0).limits(per_tenant=False)
+    assert untold[Pool.WEBHOOK] == PoolLimits(slots=512, tenant_cap=512, host_cap=None)

@@ -102,17 +102,18 @@ class ExecutorConfig:
             raise ValueError("parked_limit must not be negative")
         self.limits()  # the tenant share is checked there
 
-    def limits(self) -> dict[Pool, PoolLimits]:
-        """The slots and caps of each pool (worker/admission.py)."""
-        host_cap = self.max_per_host or None
+    def limits(self, *, per_tenant: bool = True) -> dict[Pool, PoolLimits]:
+        """The slots and caps of each pool (worker/admission.py); `per_tenant` False: no
+        tenant cap (an executor that cannot tell tenants apart)."""
+        share = self.tenant_share if per_tenant else 1.0
         return {
             Pool.WEBHOOK: PoolLimits(
                 slots=self.webhook_concurrency,
-                tenant_cap=tenant_cap(self.webhook_concurrency, self.tenant_share),
-                host_cap=host_cap,
+                tenant_cap=tenant_cap(self.webhook_concurrency, share),
+                host_cap=self.max_per_host or None,
             ),
             Pool.TASK: PoolLimits(
-                slots=self.concurrency, tenant_cap=tenant_cap(self.concurrency, self.tenant_share)
+                slots=self.concurrency, tenant_cap=tenant_cap(self.concurrency, share)
             ),
         }
 
@@ -128,8 +129,8 @@ class Executor:
         alerts: Alerter | None = None,
         tenants: JobTenants | None = None,
     ) -> None:
-        """`tenants` says which tenant each fire's job belongs to (None: every fire is the
-        same tenant's, and the tenant cap holds them all to their share)."""
+        """`tenants` says which tenant each fire's job belongs to (None: fires are not told
+        apart by tenant and no tenant cap applies; the per-origin cap still does)."""
         self._store = store
         self._clock = clock
         self._runner = runner
@@ -140,7 +141,7 @@ class Executor:
         self._to_alert: dict[int, Fire] = {}
         self._tenants = tenants
         # Due fires waiting for a slot, by lane, and what each pool, tenant and origin runs.
-        self._admission: Admission[Fire] = Admission(config.limits())
+        self._admission: Admission[Fire] = Admission(config.limits(per_tenant=tenants is not None))
         # Due fires whose job's tenant is being read (`_learn`), and the jobs still to read.
         self._unresolved: list[Fire] = []
         self._to_learn: set[str] = set()
@@ -343,7 +344,7 @@ class Executor:
             self._check_idle()
 
     def _check_idle(self) -> None:
-        if not (self._running_count() or self.backlog or self._learning):
+        if not (self.backlog or self._learning):
             self._idle.set()
 
     async def _execute(self, fire: Fire) -> None:
