@@ -49,6 +49,11 @@ RUN_SECONDS = Histogram(
     "tickwork_run_duration_seconds", "Execution time of a run", buckets=_LATENCY_BUCKETS_S
 )
 INFLIGHT = Gauge("tickwork_runs_inflight", "Runs being executed by this process")
+PARKED = Gauge(
+    "tickwork_fires_parked",
+    "Due fires this worker holds back because their tenant or target host is at its cap"
+    " (ADR 0023); sampled at each lease round and heartbeat",
+)
 RETRIES = Counter("tickwork_retries_total", "Failed attempts released for a retry")
 DEAD_LETTERS = Counter(
     "tickwork_dead_letters_total", "Occurrences that failed for good and entered the DLQ"

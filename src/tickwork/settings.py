@@ -92,8 +92,22 @@ class Settings(BaseSettings):
     takeover_grace_ms: int = Field(
         500, ge=0, description="any scheduler may claim a job this overdue, whoever holds it"
     )
-    # executor
-    executor_concurrency: int = Field(256, ge=1)
+    # executor (ADR 0023: slots per pool, caps per origin and tenant)
+    executor_concurrency: int = Field(
+        256, ge=1, description="Python tasks a worker runs at once (sync ones in threads)"
+    )
+    worker_webhook_concurrency: int = Field(
+        512, ge=1, le=65_536, description="webhooks a worker runs at once (awaited sockets)"
+    )
+    worker_max_per_host: int = Field(
+        32, ge=0, description="webhooks a worker runs at once to one origin; 0: no cap"
+    )
+    worker_tenant_share: float = Field(
+        0.5, gt=0, le=1, description="share of each pool's slots one tenant may hold; 1: no cap"
+    )
+    worker_parked_limit: int = Field(
+        1024, ge=0, description="fires held back by a cap that do not count against the backlog"
+    )
     # Comma-separated in the environment: TICKWORK_WEBHOOK_ALLOW=127.0.0.1/32,10.1.0.0/16
     webhook_allow: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

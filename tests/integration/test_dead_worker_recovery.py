@@ -52,7 +52,13 @@ async def test_a_dead_workers_fires_run_elsewhere_within_10_s_and_apply_once(
     receiver = await Receiver(hold={PATH: BURST}).start()
     # The lease settings are the defaults. Either worker may lease the whole burst, so each
     # may run all of it at once: every first request reaches the receiver and is held there.
-    env = {"TICKWORK_QUEUE_URL": queue, "TICKWORK_EXECUTOR_CONCURRENCY": str(BURST)}
+    # The burst is one tenant's, to one origin: neither cap may hold it back (ADR 0023).
+    env = {
+        "TICKWORK_QUEUE_URL": queue,
+        "TICKWORK_WORKER_WEBHOOK_CONCURRENCY": str(BURST),
+        "TICKWORK_WORKER_MAX_PER_HOST": "0",
+        "TICKWORK_WORKER_TENANT_SHARE": "1",
+    }
     try:
         async with AsyncExitStack() as stack:
             api, _, *workers = await asyncio.gather(

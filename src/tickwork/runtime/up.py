@@ -45,6 +45,7 @@ from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.target import TargetRunner
 from tickwork.worker.executors.task import TaskRunner
 from tickwork.worker.executors.webhook import WebhookRunner
+from tickwork.worker.job_tenants import JobTenants
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 from tickwork.worker.tenant_lists import TenantLists
 
@@ -290,7 +291,7 @@ def _webhook_runner(settings: Settings, clock: Clock, store: ScheduleStore) -> W
         policy=AddressPolicy(allow=settings.webhook_allow),
         secrets=settings.webhook_secrets,
         clock=clock,
-        max_connections=settings.executor_concurrency,
+        max_connections=settings.worker_webhook_concurrency,
         tenant_lists=TenantLists(store, clock),
         ca_bundle=settings.webhook_ca_bundle,
         proxies=webhook_proxies(settings),
@@ -308,10 +309,15 @@ def _executor(
     config = ExecutorConfig(
         node_id=node_id,
         concurrency=settings.executor_concurrency,
+        webhook_concurrency=settings.worker_webhook_concurrency,
+        max_per_host=settings.worker_max_per_host,
+        tenant_share=settings.worker_tenant_share,
+        parked_limit=settings.worker_parked_limit,
         lease_ttl_ms=settings.lease_ttl_ms,
         heartbeat_ms=settings.lease_heartbeat_ms,
     )
-    return Executor(store, clock, runner, config, alerts=alerts)
+    tenants = JobTenants(store, clock)
+    return Executor(store, clock, runner, config, alerts=alerts, tenants=tenants)
 
 
 def _leaser(

@@ -677,7 +677,10 @@ class MemoryStore:
     def _lease(self, run_id: int, owner: str, lease_until: datetime, now: datetime) -> Fire:
         """Lease the pending run `run_id` (the SQL stores' lease statements): its previous
         lease, if one is still recorded, expired unfinished and goes to the history as lost."""
-        lost = lost_attempt(self._view(self._runs[run_id]))
+        run = self._runs[run_id]
+        # The lost attempt ran from its lease (a claim's lease: the claim's instant), as the
+        # SQL stores record it, not from the instant _view shows a run claimed ahead starting.
+        lost = lost_attempt(replace(self._view(run), started_at=run.started_at))
         if lost is not None:
             self._store_attempt(lost)
         run = self._runs[run_id]

@@ -66,7 +66,8 @@ class Runner(Protocol):
     * Long attempts keep their lease through the store: the executor extends the lease of
       every fire it holds three times per lease TTL (`Executor.heartbeat`), and a task may
       extend its own at once (`ctx.heartbeat()`, a fenced `extend_leases`).
-    * It runs on the event loop, up to the executor's `concurrency` attempts at once: blocking
+    * It runs on the event loop, up to a pool's slots of attempts at once (webhooks and tasks
+      have pools of their own, with caps per tenant and per webhook origin: ADR 0023): blocking
       work goes to a thread (as `TaskRunner` does with sync tasks).
     """
 

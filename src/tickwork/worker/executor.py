@@ -7,8 +7,12 @@ table queue that is the dequeue, and everywhere it re-leases orphaned runs (an e
 manual trigger, a retry whose backoff is over, a redriven dead letter). Behind an external
 queue (NATS, Redis) the `QueueConsumer` (worker/consumer.py) leases the runs its messages name.
 
-Each fire waits for its scheduled instant (the scheduler claims slightly ahead), runs under a
-concurrency limit through a `Runner` (worker/base.py states what a runner must do), and its
+Each fire waits for its scheduled instant (the scheduler claims slightly ahead), then for a
+slot (worker/admission.py, ADR 0023): webhooks and Python tasks have pools of their own, and
+within a pool a tenant holds at most its share of the slots and a webhook origin at most
+`max_per_host`, so a tenant's flood or a hanging endpoint costs that tenant alone. A fire over a
+cap stays parked here, leased and heartbeated, without a slot; first attempts start before
+retries. It runs through a `Runner` (worker/base.py states what a runner must do), and its
 outcome is recorded in batches with a fence-guarded write, while a heartbeat renews the leases
 of the fires held here (worker/lease_timing.py says which, how often and why). A retry
 released by an outcome is announced to whoever leases from the store (`on_retry_released`),
@@ -34,18 +38,20 @@ import heapq
 import itertools
 import logging
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tickwork import metrics
 from tickwork.clock import Clock
+from tickwork.domain.jobs import TaskTarget
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.store.base import ScheduleStore
 from tickwork.timing.outage import outage_pause_s
 from tickwork.waiting import first_of
+from tickwork.worker.admission import Admission, Lane, Pool, PoolLimits, origin_of, tenant_cap
 from tickwork.worker.base import Alerter, Attempt, Runner
+from tickwork.worker.job_tenants import DEFAULT_TENANT, JobTenants
 from tickwork.worker.lease_timing import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_LEASE_TTL_MS,
@@ -67,7 +73,12 @@ MAX_IDLE_S = 1.0  # the longest the write loop sleeps without a wake-up
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExecutorConfig:
     node_id: str
-    concurrency: int = 256
+    concurrency: int = 256  # Python tasks running at once (sync ones run in threads)
+    # Webhooks running at once: awaited sockets, not threads, so a worker holds many more of
+    # them than tasks; bounded by file descriptors (ADR 0023 says why 512).
+    webhook_concurrency: int = 512
+    max_per_host: int = 32  # webhooks running at once to one origin; 0: no cap
+    tenant_share: float = 0.5  # of each pool's slots, the most one tenant holds (1: no cap)
     lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
     heartbeat_ms: int = DEFAULT_HEARTBEAT_MS  # how often held leases are renewed
     flush_interval_ms: int = 20  # outcomes are written in batches at most this stale
@@ -76,11 +87,35 @@ class ExecutorConfig:
     # other workers, instead of holding every run of a burst under leases it must heartbeat
     # and that would all wait out their TTL if it died.
     backlog_limit: int = 1024
+    # Fires held back by a tenant or host cap count against this bound of their own before
+    # they count against `backlog_limit`: one tenant's parked flood cannot use up what the
+    # leaser may still lease for the others.
+    parked_limit: int = 1024
 
     def __post_init__(self) -> None:
         problem = lease_timing_problem(self.lease_ttl_ms, self.heartbeat_ms)
         if problem is not None:
             raise ValueError(problem)
+        if min(self.concurrency, self.webhook_concurrency) < 1 or self.max_per_host < 0:
+            raise ValueError("concurrencies must be positive and max_per_host not negative")
+        if self.parked_limit < 0:
+            raise ValueError("parked_limit must not be negative")
+        self.limits()  # the tenant share is checked there
+
+    def limits(self, *, per_tenant: bool = True) -> dict[Pool, PoolLimits]:
+        """The slots and caps of each pool (worker/admission.py); `per_tenant` False: no
+        tenant cap (an executor that cannot tell tenants apart)."""
+        share = self.tenant_share if per_tenant else 1.0
+        return {
+            Pool.WEBHOOK: PoolLimits(
+                slots=self.webhook_concurrency,
+                tenant_cap=tenant_cap(self.webhook_concurrency, share),
+                host_cap=self.max_per_host or None,
+            ),
+            Pool.TASK: PoolLimits(
+                slots=self.concurrency, tenant_cap=tenant_cap(self.concurrency, share)
+            ),
+        }
 
 
 class Executor:
@@ -92,7 +127,10 @@ class Executor:
         config: ExecutorConfig,
         *,
         alerts: Alerter | None = None,
+        tenants: JobTenants | None = None,
     ) -> None:
+        """`tenants` says which tenant each fire's job belongs to (None: fires are not told
+        apart by tenant and no tenant cap applies; the per-origin cap still does)."""
         self._store = store
         self._clock = clock
         self._runner = runner
@@ -101,12 +139,17 @@ class Executor:
         self._alert_tasks: set[asyncio.Task[object]] = set()
         # Fires whose FAILED outcome awaits its write, for the alert: run_id -> fire.
         self._to_alert: dict[int, Fire] = {}
-        self._ready: deque[Fire] = deque()  # due fires no runner has taken yet
+        self._tenants = tenants
+        # Due fires waiting for a slot, by lane, and what each pool, tenant and origin runs.
+        self._admission: Admission[Fire] = Admission(config.limits(per_tenant=tenants is not None))
+        # Due fires whose job's tenant is being read (`_learn`), and the jobs still to read.
+        self._unresolved: list[Fire] = []
+        self._to_learn: set[str] = set()
+        self._learning: asyncio.Task[None] | None = None
         self._waiting: list[tuple[datetime, int, Fire]] = []  # a heap of fires not yet due
         self._order = itertools.count()  # ties in the heap: first submitted, first run
         self._timer: asyncio.TimerHandle | None = None
         self._timer_for = datetime.max.replace(tzinfo=UTC)
-        self._runners = 0
         self._room = asyncio.Event()  # set when a finished fire may have made room
         self._idle = asyncio.Event()  # nothing ready, waiting or running
         self._idle.set()
@@ -127,12 +170,25 @@ class Executor:
 
     @property
     def backlog(self) -> int:
-        """Fires held here that have not finished: waiting, ready or running."""
-        return len(self._ready) + len(self._waiting) + self._runners
+        """Fires held here that have not finished: waiting, parked or running."""
+        return (
+            len(self._waiting)
+            + len(self._unresolved)
+            + self._admission.parked
+            + self._running_count()
+        )
+
+    def _running_count(self) -> int:
+        return sum(self._admission.running(pool) for pool in Pool)
 
     def room(self) -> int:
-        """How many more fires this executor wants to lease now (see `backlog_limit`)."""
-        return max(self._config.backlog_limit - self.backlog, 0)
+        """How many more fires this executor wants to lease now: `backlog_limit` minus what
+        it holds, where fires held back by a cap count only beyond `parked_limit`."""
+        capped = self._admission.held_by_caps()
+        metrics.PARKED.set(capped)
+        active = self.backlog - capped
+        overflow = max(capped - self._config.parked_limit, 0)
+        return max(self._config.backlog_limit - active - overflow, 0)
 
     async def wait_for_room(self, timeout_s: float) -> bool:
         """Wait until the backlog is under its limit (or `timeout_s` passed); whether it is."""
@@ -176,14 +232,61 @@ class Executor:
                 continue
             self._leased[fire.run_id] = (fire.fence_token, fire.lease_until)
             started += 1
+            self._want_tenant(fire.job_id)
             if fire.scheduled_for <= now:
-                self._ready.append(fire)
+                self._park(fire)
             else:
                 heapq.heappush(self._waiting, (fire.scheduled_for, next(self._order), fire))
         self._idle.clear()
         self._start_runners()
         self._arm_timer()
         return started
+
+    def _want_tenant(self, job_id: str) -> None:
+        """Read the tenant of `job_id` now if it is not known (and the tenant list if it is
+        due): fires are submitted up to a look-ahead before they are due, so the read is
+        usually over by then."""
+        tenants = self._tenants
+        if tenants is None:
+            return
+        unknown = tenants.known(job_id) is None
+        if unknown:
+            self._to_learn.add(job_id)
+        if (unknown or tenants.stale()) and self._learning is None:
+            self._learning = asyncio.create_task(self._learn(tenants))
+
+    async def _learn(self, tenants: JobTenants) -> None:
+        try:
+            while True:
+                batch, self._to_learn = self._to_learn, set()
+                learnt = await tenants.learn(batch)
+                waiting, self._unresolved = self._unresolved, []
+                for fire in waiting:
+                    tenant = learnt.get(fire.job_id)
+                    if tenant is None:
+                        tenant = tenants.known(fire.job_id)
+                    if tenant is None:  # submitted after this batch began: in the next one
+                        self._unresolved.append(fire)
+                    else:
+                        self._park(fire, tenant)
+                self._start_runners()
+                if not self._to_learn:
+                    break
+        finally:
+            self._learning = None
+            self._check_idle()
+
+    def _park(self, fire: Fire, tenant: str | None = None) -> None:
+        """A due fire waits here for a slot of its pool within its caps (or for its tenant)."""
+        if tenant is None:
+            tenant = DEFAULT_TENANT if self._tenants is None else self._tenants.known(fire.job_id)
+        if tenant is None:
+            self._unresolved.append(fire)
+            self._want_tenant(fire.job_id)  # known at its submit, forgotten since
+            return
+        self._admission.park(
+            fire, _lane(fire, tenant), instant=fire.scheduled_for, retry=fire.attempt > 1
+        )
 
     def _arm_timer(self) -> None:
         if not self._waiting:
@@ -205,31 +308,44 @@ class Executor:
         self._timer = None
         now = self._clock.now()
         while self._waiting and self._waiting[0][0] <= now:
-            self._ready.append(heapq.heappop(self._waiting)[2])
+            self._park(heapq.heappop(self._waiting)[2])
         self._start_runners()
         self._arm_timer()
 
-    def _start_runners(self) -> None:
-        wanted = min(len(self._ready), self._config.concurrency - self._runners)
-        for _ in range(wanted):
-            self._runners += 1
-            task = asyncio.create_task(self._run_ready())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _start_runners(self, pools: Sequence[Pool] = tuple(Pool)) -> None:
+        """A runner task for each parked fire that may start now."""
+        for pool in pools:
+            while (taken := self._admission.take(pool)) is not None:
+                task = asyncio.create_task(self._run_from(*taken))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
-    async def _run_ready(self) -> None:
-        # A runner exists only while it has a fire to run, so runners are the fires in
-        # flight: the gauge moves per runner rather than per fire.
+    async def _run_from(self, fire: Fire, lane: Lane) -> None:
+        # A runner goes on with the next startable fire of its pool rather than ending, so a
+        # burst costs a task per slot, not per fire; it exists only while it has a fire to
+        # run, so runners are the fires in flight: the gauge moves per runner.
         metrics.INFLIGHT.inc()
         try:
-            while self._ready:
-                await self._execute(self._ready.popleft())
+            while True:
+                try:
+                    await self._execute(fire)
+                finally:
+                    self._admission.done(lane)
                 self._room.set()
+                taken = self._admission.take(lane.pool)
+                if taken is None:
+                    break
+                fire, lane = taken
+                # What finished freed a slot, a tenant's share and an origin's: more than one
+                # parked fire may have become startable.
+                self._start_runners((lane.pool,))
         finally:
             metrics.INFLIGHT.dec()
-            self._runners -= 1
-            if not (self._runners or self._ready or self._waiting):
-                self._idle.set()
+            self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not (self.backlog or self._learning):
+            self._idle.set()
 
     async def _execute(self, fire: Fire) -> None:
         lease = (fire.run_id, fire.fence_token)
@@ -281,6 +397,7 @@ class Executor:
         moved on (overlap cancel_previous cancelled the run, or it ran out and another worker
         took the run) is not extended, and its fire is stopped (`_stop`): the outcome of this
         attempt would be rejected the same way."""
+        metrics.PARKED.set(self._admission.held_by_caps())  # sampled here and by `room`
         now = self._clock.now()
         due = renew_by(now, self._lease_ttl, self._heartbeat)
         leases = [(run_id, fence) for run_id, (fence, end) in self._leased.items() if end <= due]
@@ -392,6 +509,13 @@ class Executor:
         await self.flush()
         if self._alert_tasks:
             await asyncio.gather(*list(self._alert_tasks), return_exceptions=True)
+
+
+def _lane(fire: Fire, tenant: str) -> Lane:
+    """The caps `fire` counts against: a task's tenant; a webhook's tenant and origin."""
+    if isinstance(fire.target, TaskTarget):
+        return Lane(Pool.TASK, tenant)
+    return Lane(Pool.WEBHOOK, tenant, origin_of(fire.target.url))
 
 
 def _count(batch: Sequence[RunOutcome]) -> None:

@@ -1,0 +1,184 @@
+"""Worker isolation in the executor (ADR 0023), against the memory store and a runner that
+holds chosen fires: fires over a host or tenant cap wait parked without a slot, parked fires
+do not use up what the leaser may lease for other tenants, tasks are capped by their job's
+tenant, and a waiting first attempt starts before a waiting retry."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from datetime import timedelta
+
+from tickwork.clock import ManualClock
+from tickwork.domain.jobs import (
+    EveryTrigger,
+    Job,
+    JobState,
+    Schedule,
+    Target,
+    TaskTarget,
+    WebhookTarget,
+)
+from tickwork.domain.runs import Fire
+from tickwork.store.memory import MemoryStore
+from tickwork.worker.admission import Pool, PoolLimits
+from tickwork.worker.base import Attempt
+from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.job_tenants import JobTenants
+from tickwork.worker.leaser import LeaserConfig, StoreLeaser
+
+from .test_executor_backlog import T0
+
+SLOW = "http://slow.example:8080/hook"
+FAST = "http://fast.example/hook"
+
+
+class Gate:
+    """A runner that records every start and holds the fires `held` picks until `open`."""
+
+    def __init__(self, held: Callable[[Fire], bool]) -> None:
+        self.held = held
+        self.started: list[Fire] = []
+        self.opened = asyncio.Event()
+        self._changed = asyncio.Event()
+
+    async def __call__(self, fire: Fire) -> Attempt:
+        self.started.append(fire)
+        self._changed.set()
+        if self.held(fire):
+            await self.opened.wait()
+        return Attempt(ok=True, http_status=200)
+
+    async def until(self, check: Callable[[], bool]) -> None:
+        async with asyncio.timeout(5):
+            while not check():
+                self._changed.clear()
+                await self._changed.wait()
+
+    def jobs_started(self) -> list[str]:
+        return [fire.job_id for fire in self.started]
+
+
+JOB_NUMBERS = itertools.count()
+
+
+async def add_runs(store: MemoryStore, tenant: str, target: Target, count: int) -> str:
+    """A job of `tenant` with `count` manual runs, all leasable at T0; returns its id."""
+    if tenant not in {t.tenant for t in await store.list_tenants()}:
+        await store.create_tenant(tenant, now=T0)
+    job_id = f"{tenant}-{next(JOB_NUMBERS):08d}"
+    job = Job(
+        id=job_id, name=job_id, tenant=tenant, target=target,
+        schedule=Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=T0)),
+        state=JobState.PAUSED, next_run_at=None, created_at=T0, updated_at=T0,
+    )  # fmt: skip
+    await store.create_job(job)
+    for _ in range(count):
+        await store.add_manual_run(job_id, now=T0)
+    return job_id
+
+
+def worker(store: MemoryStore, runner: Gate, **config: int | float) -> tuple[Executor, StoreLeaser]:
+    clock = ManualClock(T0)
+    executor = Executor(
+        store,
+        clock,
+        runner,
+        ExecutorConfig(node_id="w1", **config),  # type: ignore[arg-type]
+        tenants=JobTenants(store, clock),
+    )
+    return executor, StoreLeaser(store, clock, executor, LeaserConfig(node_id="w1"))
+
+
+async def lease_until_full(leaser: StoreLeaser) -> None:
+    while (await leaser.run_once()).started:
+        pass
+
+
+async def test_fires_parked_at_a_host_cap_leave_the_leaser_room_for_other_tenants() -> None:
+    store = MemoryStore()
+    runner = Gate(held=lambda fire: "slow" in str(fire.target))
+    executor, leaser = worker(store, runner, max_per_host=2, backlog_limit=8, parked_limit=30)
+    await add_runs(store, "a", WebhookTarget(url=SLOW), 20)
+    await lease_until_full(leaser)
+    # Until its job's tenant is read, a fire counts as about to run: it takes room.
+    await runner.until(lambda: len(runner.started) == 2)
+    await lease_until_full(leaser)
+    assert executor.backlog == 20  # every run of A is held here: 2 running, 18 parked
+    assert executor.room() == 6  # what is not parked: the backlog limit minus the 2 running
+
+    b_job = await add_runs(store, "b", WebhookTarget(url=FAST), 5)
+    await lease_until_full(leaser)
+    await runner.until(lambda: runner.jobs_started().count(b_job) == 5)
+    assert len(runner.started) == 7  # and still only 2 of A's: its origin is at its cap
+
+    runner.opened.set()
+    await executor.drain()
+    assert len(runner.started) == 25
+    assert executor.backlog == 0
+
+
+async def test_parked_fires_beyond_their_own_bound_count_against_the_backlog() -> None:
+    store = MemoryStore()
+    runner = Gate(held=lambda fire: True)
+    executor, leaser = worker(store, runner, max_per_host=2, backlog_limit=8, parked_limit=4)
+    await add_runs(store, "a", WebhookTarget(url=SLOW), 20)
+    await lease_until_full(leaser)
+    await runner.until(lambda: len(runner.started) == 2)
+    await lease_until_full(leaser)
+    # 2 running and 10 parked: 4 within the parked bound, 6 beyond it that count against
+    # the backlog limit with the running ones (2 + 6 = 8). At most limit + bound are held.
+    assert executor.backlog == 12
+    assert executor.room() == 0
+    runner.opened.set()
+    await executor.drain()
+
+
+async def test_a_tenant_s_tasks_hold_at_most_its_share_of_the_task_slots() -> None:
+    store = MemoryStore()
+    runner = Gate(held=lambda fire: fire.job_id.startswith("a"))
+    executor, leaser = worker(store, runner, concurrency=4, tenant_share=0.5)
+    task = TaskTarget(name="work")
+    a_job = await add_runs(store, "a", task, 6)
+    await lease_until_full(leaser)
+    await runner.until(lambda: len(runner.started) == 2)
+    b_job = await add_runs(store, "b", task, 3)
+    await lease_until_full(leaser)
+    await runner.until(lambda: runner.jobs_started().count(b_job) == 3)
+    # A holds its share (2 of 4) however many of its tasks are due, and B's three run beside
+    # it (the host cap is for webhooks only: tasks have no origin).
+    assert runner.jobs_started().count(a_job) == 2
+    runner.opened.set()
+    await executor.drain()
+    assert len(runner.started) == 9
+
+
+async def test_a_waiting_first_attempt_starts_before_a_waiting_retry() -> None:
+    store = MemoryStore()
+    runner = Gate(held=lambda fire: fire.job_id == "blocker")
+    # Hand-made fires, no jobs to read tenants from: an executor without `tenants`.
+    config = ExecutorConfig(node_id="w1", webhook_concurrency=1)
+    executor = Executor(store, ManualClock(T0), runner, config)
+
+    def fire(job_id: str, attempt: int, late_s: int) -> Fire:
+        return Fire(
+            run_id=hash(job_id) % 10_000, job_id=job_id, key=job_id,
+            scheduled_for=T0 - timedelta(seconds=late_s), fence_token=1, attempt=attempt,
+            target=WebhookTarget(url=FAST), lease_until=T0 + timedelta(seconds=5),
+        )  # fmt: skip
+
+    executor.submit([fire("blocker", 1, 10)])
+    await runner.until(lambda: len(runner.started) == 1)
+    executor.submit([fire("retry", 3, 5), fire("late-first", 1, 1), fire("first", 1, 2)])
+    runner.opened.set()
+    await executor.drain()
+    assert runner.jobs_started() == ["blocker", "first", "late-first", "retry"]
+
+
+def test_the_default_limits_and_an_executor_that_cannot_tell_tenants_apart() -> None:
+    limits = ExecutorConfig(node_id="w1").limits()
+    assert limits[Pool.WEBHOOK] == PoolLimits(slots=512, tenant_cap=256, host_cap=32)
+    assert limits[Pool.TASK] == PoolLimits(slots=256, tenant_cap=128)
+    untold = ExecutorConfig(node_id="w1", max_per_host=0).limits(per_tenant=False)
+    assert untold[Pool.WEBHOOK] == PoolLimits(slots=512, tenant_cap=512, host_cap=None)
