@@ -681,3 +681,27 @@ async def test_taking_back_own_leases_records_no_attempt_and_keeps_the_start(
     run = await store.get_run(sent.run_id)
     assert (run.started_at, run.lease_owner, run.lease_until) == (T0 + SEC, "w1", T0 + 40 * SEC)
     assert await store.list_attempts(sent.run_id) == []
+
+
+async def test_every_lease_and_claim_carries_the_jobs_tenant(store: ScheduleStore) -> None:
+    # The executor's per-tenant cap keys on Fire.tenant (ADR 0023): it must come with the
+    # lease, whichever statement made it.
+    await store.create_tenant("acme", now=T0)
+    jobs = [make_job(n, tenant="acme" if n % 2 else "default") for n in range(1, 5)]
+    for job in jobs:
+        await store.create_job(job)
+    until = T0 + 30 * SEC
+    [claimed] = await claim(store, [plan_for(jobs[0], new_next=T0 + SEC)])
+    sent = await store.claim_hand_off(
+        [plan_for(j, new_next=T0 + SEC) for j in jobs[1:]], owner="s", now=T0
+    )
+    by_job = {e.job_id: e for e in sent}
+    [fenced] = await store.lease_fenced_runs(
+        [(by_job[jobs[1].id].run_id, by_job[jobs[1].id].fence_token)],
+        owner="w",
+        lease_until=until,
+        now=T0,
+    )
+    scanned = await store.lease_runs(now=T0, owner="w", lease_until=until, limit=10)
+    tenants = {f.job_id: f.tenant for f in [claimed, fenced, *scanned]}
+    assert tenants == {j.id: j.tenant for j in jobs}

@@ -37,7 +37,6 @@ from tickwork.store.sqlite import SqliteStore
 from tickwork.worker.executor import Executor, ExecutorConfig
 from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.webhook import WebhookRunner
-from tickwork.worker.job_tenants import JobTenants
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from ..support.receiver import Receiver
@@ -138,7 +137,7 @@ async def test_a_tenant_s_hanging_target_costs_another_tenant_no_lateness(
 
         async with WebhookRunner(policy=LOOPBACK, clock=clock, max_connections=512) as runner:
             config = ExecutorConfig(node_id="w", max_per_host=MAX_PER_HOST)
-            executor = Executor(store, clock, runner, config, tenants=JobTenants(store, clock))
+            executor = Executor(store, clock, runner, config)
             leaser = StoreLeaser(store, clock, executor, LeaserConfig(node_id="w"))
             # No dispatch: fires are handed off through the store, the worker leases them.
             scheduler = SchedulerService(store, clock, SchedulerConfig(node_id="s"), None)

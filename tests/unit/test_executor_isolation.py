@@ -25,7 +25,6 @@ from tickwork.store.memory import MemoryStore
 from tickwork.worker.admission import Pool, PoolLimits
 from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
-from tickwork.worker.job_tenants import JobTenants
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from .test_executor_backlog import T0
@@ -86,7 +85,6 @@ def worker(store: MemoryStore, runner: Gate, **config: int | float) -> tuple[Exe
         clock,
         runner,
         ExecutorConfig(node_id="w1", **config),  # type: ignore[arg-type]
-        tenants=JobTenants(store, clock),
     )
     return executor, StoreLeaser(store, clock, executor, LeaserConfig(node_id="w1"))
 
@@ -176,9 +174,9 @@ async def test_a_waiting_first_attempt_starts_before_a_waiting_retry() -> None:
     assert runner.jobs_started() == ["blocker", "first", "late-first", "retry"]
 
 
-def test_the_default_limits_and_an_executor_that_cannot_tell_tenants_apart() -> None:
+def test_the_default_limits_and_caps_turned_off() -> None:
     limits = ExecutorConfig(node_id="w1").limits()
     assert limits[Pool.WEBHOOK] == PoolLimits(slots=512, tenant_cap=256, host_cap=32)
     assert limits[Pool.TASK] == PoolLimits(slots=256, tenant_cap=128)
-    untold = ExecutorConfig(node_id="w1", max_per_host=0).limits(per_tenant=False)
-    assert untold[Pool.WEBHOOK] == PoolLimits(slots=512, tenant_cap=512, host_cap=None)
+    off = ExecutorConfig(node_id="w1", max_per_host=0, tenant_share=1).limits()
+    assert off[Pool.WEBHOOK] == PoolLimits(slots=512, tenant_cap=512, host_cap=None)

@@ -99,6 +99,9 @@ class Fire:
     # Read with the lease (a join), so a worker needs no store read per fire to sign it.
     tenant_secrets: tuple[str, ...] = field(default=(), repr=False)
     on_failure: AlertTarget | None = None
+    # The job's tenant, read with the lease (the same join): the executor's per-tenant cap
+    # keys on it (ADR 0023) without a store read per fire.
+    tenant: str = "default"
     # Set when this process could not decrypt the job's target, secrets or alert (a key it
     # lacks): the attempt fails with this message instead of running (`target` is then a
     # placeholder that is never run).

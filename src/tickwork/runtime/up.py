@@ -45,7 +45,6 @@ from tickwork.worker.executors.ssrf import AddressPolicy
 from tickwork.worker.executors.target import TargetRunner
 from tickwork.worker.executors.task import TaskRunner
 from tickwork.worker.executors.webhook import WebhookRunner
-from tickwork.worker.job_tenants import JobTenants
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 from tickwork.worker.tenant_lists import TenantLists
 
@@ -316,8 +315,7 @@ def _executor(
         lease_ttl_ms=settings.lease_ttl_ms,
         heartbeat_ms=settings.lease_heartbeat_ms,
     )
-    tenants = JobTenants(store, clock)
-    return Executor(store, clock, runner, config, alerts=alerts, tenants=tenants)
+    return Executor(store, clock, runner, config, alerts=alerts)
 
 
 def _leaser(

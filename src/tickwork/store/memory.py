@@ -1086,6 +1086,7 @@ class MemoryStore:
             retry=job.retry,
             tenant_secrets=() if tenant is None else tenant.webhook_secrets,
             on_failure=job.on_failure,
+            tenant=job.tenant,
         )
 
     def _insert_run(

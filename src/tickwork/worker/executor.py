@@ -51,7 +51,6 @@ from tickwork.timing.outage import outage_pause_s
 from tickwork.waiting import first_of
 from tickwork.worker.admission import Admission, Lane, Pool, PoolLimits, origin_of, tenant_cap
 from tickwork.worker.base import Alerter, Attempt, Runner
-from tickwork.worker.job_tenants import DEFAULT_TENANT, JobTenants
 from tickwork.worker.lease_timing import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_LEASE_TTL_MS,
@@ -102,10 +101,10 @@ class ExecutorConfig:
             raise ValueError("parked_limit must not be negative")
         self.limits()  # the tenant share is checked there
 
-    def limits(self, *, per_tenant: bool = True) -> dict[Pool, PoolLimits]:
-        """The slots and caps of each pool (worker/admission.py); `per_tenant` False: no
-        tenant cap (an executor that cannot tell tenants apart)."""
-        share = self.tenant_share if per_tenant else 1.0
+    def limits(self) -> dict[Pool, PoolLimits]:
+        """The slots and caps of each pool (worker/admission.py); a tenant share of 1: no
+        tenant cap."""
+        share = self.tenant_share
         return {
             Pool.WEBHOOK: PoolLimits(
                 slots=self.webhook_concurrency,
@@ -127,10 +126,7 @@ class Executor:
         config: ExecutorConfig,
         *,
         alerts: Alerter | None = None,
-        tenants: JobTenants | None = None,
     ) -> None:
-        """`tenants` says which tenant each fire's job belongs to (None: fires are not told
-        apart by tenant and no tenant cap applies; the per-origin cap still does)."""
         self._store = store
         self._clock = clock
         self._runner = runner
@@ -139,13 +135,9 @@ class Executor:
         self._alert_tasks: set[asyncio.Task[object]] = set()
         # Fires whose FAILED outcome awaits its write, for the alert: run_id -> fire.
         self._to_alert: dict[int, Fire] = {}
-        self._tenants = tenants
         # Due fires waiting for a slot, by lane, and what each pool, tenant and origin runs.
-        self._admission: Admission[Fire] = Admission(config.limits(per_tenant=tenants is not None))
-        # Due fires whose job's tenant is being read (`_learn`), and the jobs still to read.
-        self._unresolved: list[Fire] = []
-        self._to_learn: set[str] = set()
-        self._learning: asyncio.Task[None] | None = None
+        # A fire carries its job's tenant (read with its lease): the cap needs no read.
+        self._admission: Admission[Fire] = Admission(config.limits())
         self._waiting: list[tuple[datetime, int, Fire]] = []  # a heap of fires not yet due
         self._order = itertools.count()  # ties in the heap: first submitted, first run
         self._timer: asyncio.TimerHandle | None = None
@@ -171,12 +163,7 @@ class Executor:
     @property
     def backlog(self) -> int:
         """Fires held here that have not finished: waiting, parked or running."""
-        return (
-            len(self._waiting)
-            + len(self._unresolved)
-            + self._admission.parked
-            + self._running_count()
-        )
+        return len(self._waiting) + self._admission.parked + self._running_count()
 
     def _running_count(self) -> int:
         return sum(self._admission.running(pool) for pool in Pool)
@@ -232,7 +219,6 @@ class Executor:
                 continue
             self._leased[fire.run_id] = (fire.fence_token, fire.lease_until)
             started += 1
-            self._want_tenant(fire.job_id)
             if fire.scheduled_for <= now:
                 self._park(fire)
             else:
@@ -242,50 +228,10 @@ class Executor:
         self._arm_timer()
         return started
 
-    def _want_tenant(self, job_id: str) -> None:
-        """Read the tenant of `job_id` now if it is not known (and the tenant list if it is
-        due): fires are submitted up to a look-ahead before they are due, so the read is
-        usually over by then."""
-        tenants = self._tenants
-        if tenants is None:
-            return
-        unknown = tenants.known(job_id) is None
-        if unknown:
-            self._to_learn.add(job_id)
-        if (unknown or tenants.stale()) and self._learning is None:
-            self._learning = asyncio.create_task(self._learn(tenants))
-
-    async def _learn(self, tenants: JobTenants) -> None:
-        try:
-            while True:
-                batch, self._to_learn = self._to_learn, set()
-                learnt = await tenants.learn(batch)
-                waiting, self._unresolved = self._unresolved, []
-                for fire in waiting:
-                    tenant = learnt.get(fire.job_id)
-                    if tenant is None:
-                        tenant = tenants.known(fire.job_id)
-                    if tenant is None:  # submitted after this batch began: in the next one
-                        self._unresolved.append(fire)
-                    else:
-                        self._park(fire, tenant)
-                self._start_runners()
-                if not self._to_learn:
-                    break
-        finally:
-            self._learning = None
-            self._check_idle()
-
-    def _park(self, fire: Fire, tenant: str | None = None) -> None:
-        """A due fire waits here for a slot of its pool within its caps (or for its tenant)."""
-        if tenant is None:
-            tenant = DEFAULT_TENANT if self._tenants is None else self._tenants.known(fire.job_id)
-        if tenant is None:
-            self._unresolved.append(fire)
-            self._want_tenant(fire.job_id)  # known at its submit, forgotten since
-            return
+    def _park(self, fire: Fire) -> None:
+        """A due fire waits here for a slot of its pool within its caps."""
         self._admission.park(
-            fire, _lane(fire, tenant), instant=fire.scheduled_for, retry=fire.attempt > 1
+            fire, _lane(fire, fire.tenant), instant=fire.scheduled_for, retry=fire.attempt > 1
         )
 
     def _arm_timer(self) -> None:
@@ -344,7 +290,7 @@ class Executor:
             self._check_idle()
 
     def _check_idle(self) -> None:
-        if not (self.backlog or self._learning):
+        if not self.backlog:
             self._idle.set()
 
     async def _execute(self, fire: Fire) -> None:

@@ -41,7 +41,8 @@ id, job_id, key, scheduled_us, fence_token, attempt,
     (SELECT webhook_secrets FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS webhook_secrets,
     (SELECT on_failure FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS on_failure,
     (SELECT t.webhook_secrets FROM tw_tenants t JOIN tw_jobs j ON t.tenant = j.tenant
-     WHERE j.id = tw_runs.job_id) AS tenant_secrets
+     WHERE j.id = tw_runs.job_id) AS tenant_secrets,
+    (SELECT tenant FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS tenant
 
 -- name: ping
 -- The cheapest round trip that proves the database answers (health checks).

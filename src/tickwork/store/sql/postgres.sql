@@ -296,11 +296,12 @@ inserted AS (
 -- instead made the planner, which estimates both CTEs at one row, run a nested loop of batch x
 -- batch comparisons (200 ms of 250 ms per 1,000-row claim).
 SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
-       j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, 0::bigint AS refused
+       j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, j.tenant,
+       0::bigint AS refused
 FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
 -- One more row, with only `refused`, when the store refused plans for their epoch.
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused
 WHERE n > 0
 
 -- name: claim
@@ -370,7 +371,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused WHERE n > 0
 -- key: every claim leaves a dead version of the job row until vacuum, and each lookup walked
 -- them; with five per run the lease cost ~100 us per fire at 3,000/s.
 r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.retry_policy,
-    j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets
+    j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, j.tenant
 
 -- name: lease_runs
 -- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,

@@ -465,6 +465,7 @@ def fire_from_row(row: Row, lease_until: datetime, sealed: SealedColumns) -> Fir
         retry=_cached_retry(row["retry_policy"]),
         tenant_secrets=tenant_secrets,
         on_failure=on_failure,
+        tenant=row["tenant"],
         unreadable=unreadable,
     )
 

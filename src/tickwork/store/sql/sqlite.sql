@@ -73,7 +73,7 @@ WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us 
 
 -- name: claim_job_for_fire
 -- Claim one job for an in-process fire: the new fence and what the fire needs to run.
-{claim_job_cas}, target, retry_policy, webhook_secrets, on_failure,
+{claim_job_cas}, target, retry_policy, webhook_secrets, on_failure, tenant,
     (SELECT webhook_secrets FROM tw_tenants WHERE tw_tenants.tenant = tw_jobs.tenant)
         AS tenant_secrets
 

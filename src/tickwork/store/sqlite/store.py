@@ -828,6 +828,7 @@ def _claim(
             retry=rows.retry_from_json(claimed["retry_policy"]),
             tenant_secrets=tenant_secrets,
             on_failure=on_failure,
+            tenant=claimed["tenant"],
             unreadable=unreadable,
         )
         fires.append(fire)
