@@ -233,6 +233,9 @@ class Executor:
         self._admission.park(
             fire, _lane(fire, fire.tenant), instant=fire.scheduled_for, retry=fire.attempt > 1
         )
+        # A fire held back by a cap counts against its own bound, not the backlog: a consumer
+        # waiting for room may have some now (wait_for_room checks).
+        self._room.set()
 
     def _arm_timer(self) -> None:
         if not self._waiting:
