@@ -74,6 +74,10 @@ class StaleJob(Conflict):
     """An update's expected fence token is no longer the job's: a claim came in between."""
 
 
+class StaleTenant(Conflict):
+    """A tenant changed between the read and the write of a read-merge-write."""
+
+
 class Unauthenticated(TickworkError):
     """The request carries no usable API key; the message says what was wrong with it."""
 

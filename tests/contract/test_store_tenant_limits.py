@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 import pytest
 
 from tickwork.domain.jobs import JobState
 from tickwork.domain.tenant_limits import TenantLimits
-from tickwork.errors import NotFound, QuotaExceeded
+from tickwork.errors import NotFound, QuotaExceeded, StaleTenant
+from tickwork.services.tenants import TenantService
 from tickwork.store.base import JobQuery, ScheduleStore
 
 from .conftest import StoreFactory, open_store
@@ -143,3 +145,48 @@ async def test_concurrent_creates_from_several_stores_never_pass_the_quota(
     # And the quota still refuses the next one, whichever store is asked.
     with pytest.raises(QuotaExceeded):
         await stores[3].create_job(replace(make_job(99), tenant="acme"), check_quota=True)
+
+
+async def test_a_limits_write_expecting_an_older_read_is_refused(store: ScheduleStore) -> None:
+    read = await store.create_tenant("acme", now=T0)
+    await store.set_tenant_limits("acme", TenantLimits(max_jobs=3), now=T0 + SEC)
+    with pytest.raises(StaleTenant):
+        await store.set_tenant_limits(
+            "acme", TenantLimits(weight=2), now=T0 + 2 * SEC, expected_updated_at=read.updated_at
+        )
+    stored = await store.get_tenant("acme")
+    assert stored is not None
+    assert stored.limits == TenantLimits(max_jobs=3)
+    fresh = await store.set_tenant_limits(
+        "acme", TenantLimits(weight=2), now=T0 + 2 * SEC, expected_updated_at=stored.updated_at
+    )
+    assert fresh.limits == TenantLimits(weight=2)
+    with pytest.raises(NotFound):
+        await store.set_tenant_limits(
+            "nobody", TenantLimits(), now=T0, expected_updated_at=read.updated_at
+        )
+
+
+async def test_concurrent_changes_of_different_limits_are_all_kept(store: ScheduleStore) -> None:
+    # Each change is a read-merge-write in the service; the store's compare-and-set makes the
+    # loser read again, so no change is lost whoever wins.
+    await store.create_tenant("acme", now=T0)
+    tenants = TenantService(store, SteppingClock(T0))
+    changes = [{"max_jobs": 10}, {"max_api_rps": 5}, {"weight": 3}, {"max_concurrent_runs": 7}]
+    await asyncio.gather(*(tenants.set_limits("acme", c) for c in changes))
+    stored = await store.get_tenant("acme")
+    assert stored is not None
+    assert stored.limits == TenantLimits(
+        max_jobs=10, max_api_rps=5, weight=3, max_concurrent_runs=7
+    )
+
+
+class SteppingClock:
+    """Every reading a microsecond later: each write gets an updated_at of its own."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+
+    def now(self) -> datetime:
+        self._now += timedelta(microseconds=1)
+        return self._now

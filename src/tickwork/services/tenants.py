@@ -33,7 +33,7 @@ from tickwork.clock import Clock
 from tickwork.domain.egress import BadPattern, parse_rules, tenant_refusal
 from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits, check_limits, merged
 from tickwork.domain.tenants import Tenant
-from tickwork.errors import InvalidInput, NotFound
+from tickwork.errors import InvalidInput, NotFound, StaleTenant
 from tickwork.services.rules import MAX_TENANT_CHARS, check_secrets, check_tenant
 from tickwork.store.base import ScheduleStore
 from tickwork.webhooks import fingerprint, generate_secret
@@ -45,6 +45,8 @@ EGRESS_FIELD: Final = "egress"
 EGRESS_REFUSED: Final = "tenant_egress_refused"
 BAD_PATTERN: Final = "invalid_host_pattern"
 TENANT_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Read-merge-write rounds before a limits change gives up (each loses only to another write).
+_MERGE_ATTEMPTS: Final = 5
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -158,11 +160,21 @@ class TenantService:
         InvalidInput naming `limits.<field>`, NotFound for an unknown tenant. A lower
         `max_jobs` than the tenant's jobs is accepted: its existing jobs stay, and it can add
         none until it is under the limit again."""
-        current = await self.get(name)
-        limits = merged(current.limits, changes)
-        stored = await self._store.set_tenant_limits(name, limits, now=self._clock.now())
-        self._limits_changed(name)
-        return stored
+        for attempt in range(_MERGE_ATTEMPTS):
+            current = await self.get(name)
+            limits = merged(current.limits, changes)
+            try:
+                stored = await self._store.set_tenant_limits(
+                    name, limits, now=self._clock.now(), expected_updated_at=current.updated_at
+                )
+            except StaleTenant:
+                # Changed by another request between our read and write: merge into that.
+                if attempt + 1 == _MERGE_ATTEMPTS:
+                    raise
+                continue
+            self._limits_changed(name)
+            return stored
+        raise AssertionError("unreachable")
 
     async def usage(self, name: str | None = None) -> dict[str, TenantUsage]:
         """Usage by tenant (every tenant, or `name` only); a tenant without jobs is absent."""

@@ -50,6 +50,7 @@ from tickwork.domain.partitions import DueHead, Node, PartitionLease
 from tickwork.domain.runs import AttemptRecord, Envelope, Fire, Run, RunOutcome
 from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits
 from tickwork.domain.tenants import Tenant
+from tickwork.errors import NotFound, StaleTenant
 
 Topic = Literal["jobs", "runs", "cluster"]
 T = TypeVar("T")
@@ -745,11 +746,18 @@ class AccessStore(Protocol):
         ...
 
     async def set_tenant_limits(
-        self, tenant: str, limits: TenantLimits, *, now: datetime
+        self,
+        tenant: str,
+        limits: TenantLimits,
+        *,
+        now: datetime,
+        expected_updated_at: datetime | None = None,
     ) -> Tenant:
         """Replace the tenant's limits whole (empty: none), keeping its other settings;
         updated_at becomes `now`. Returns the tenant as stored. Raises NotFound("tenant",
-        tenant) if it does not exist (the row is not created)."""
+        tenant) if it does not exist (the row is not created), and StaleTenant if
+        `expected_updated_at` is given and the tenant changed since (a read-merge-write lost
+        no concurrent change: the caller reads again)."""
         ...
 
     async def count_tenant_jobs(self, tenant: str | None = None) -> dict[str, int]:
@@ -885,3 +893,10 @@ class Watchers:
     def notify(self, topic: Topic) -> None:
         for event in self._events[topic]:
             event.set()
+
+
+async def missing_or_stale(store: ScheduleStore, tenant: str) -> NotFound | StaleTenant:
+    """Why a compare-and-set on a tenant changed no row: it is gone, or it changed since read."""
+    if await store.get_tenant(tenant) is None:
+        return NotFound("tenant", tenant)
+    return StaleTenant(f"tenant {tenant!r} changed since it was read")

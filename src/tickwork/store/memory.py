@@ -49,7 +49,14 @@ from tickwork.domain.runs import (
 )
 from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits, check_job_quota
 from tickwork.domain.tenants import Tenant
-from tickwork.errors import Conflict, NotFound, StaleJob, TenantExists, TenantHasJobs
+from tickwork.errors import (
+    Conflict,
+    NotFound,
+    StaleJob,
+    StaleTenant,
+    TenantExists,
+    TenantHasJobs,
+)
 from tickwork.store.base import (
     CANCELLED_BY_OVERLAP,
     DEFAULT_TAKEOVER_GRACE_MS,
@@ -851,11 +858,18 @@ class MemoryStore:
         return stored
 
     async def set_tenant_limits(
-        self, tenant: str, limits: TenantLimits, *, now: datetime
+        self,
+        tenant: str,
+        limits: TenantLimits,
+        *,
+        now: datetime,
+        expected_updated_at: datetime | None = None,
     ) -> Tenant:
         current = self._tenants.get(tenant)
         if current is None:
             raise NotFound("tenant", tenant)
+        if expected_updated_at is not None and current.updated_at != expected_updated_at:
+            raise StaleTenant(f"tenant {tenant!r} changed since it was read")
         stored = replace(current, limits=limits, updated_at=now)
         self._tenants[tenant] = stored
         return stored

@@ -58,6 +58,7 @@ from tickwork.store.base import (
     all_plain,
     distinct_leases,
     last_outcome_per_lease,
+    missing_or_stale,
 )
 from tickwork.store.postgres import history
 from tickwork.store.postgres.connect import SERVER_SETTINGS, asyncpg_dsn, keep_session
@@ -636,12 +637,17 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         return rows.tenant_from_row(found[0], self._columns)
 
     async def set_tenant_limits(
-        self, tenant: str, limits: TenantLimits, *, now: datetime
+        self,
+        tenant: str,
+        limits: TenantLimits,
+        *,
+        now: datetime,
+        expected_updated_at: datetime | None = None,
     ) -> Tenant:
-        values = {"tenant": tenant, "limits": rows.limits_text(limits), "now": to_us(now)}
+        values = rows.tenant_limits_params(tenant, limits, now, expected_updated_at)
         found = await self._fetch(self._sql.set_tenant_limits, values, "setting a tenant's limits")
         if not found:
-            raise NotFound("tenant", tenant)
+            raise await missing_or_stale(self, tenant)
         return rows.tenant_from_row(found[0], self._columns)
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:

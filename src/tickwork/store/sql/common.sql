@@ -177,10 +177,11 @@ WHERE tenant = :tenant
 RETURNING {tenant_columns}
 
 -- name: set_tenant_limits
--- Replace an existing tenant's limits (JSON of the limits set, NULL: none); no row: no such
--- tenant.
+-- Replace an existing tenant's limits (JSON of the limits set, NULL: none) if the row is still
+-- as it was read (updated_us = :expected_us; NULL: whatever it is); no row: no such tenant, or
+-- changed since it was read.
 UPDATE tw_tenants SET limits = :limits, updated_us = :now
-WHERE tenant = :tenant
+WHERE tenant = :tenant AND (CAST(:expected_us AS BIGINT) IS NULL OR updated_us = :expected_us)
 RETURNING {tenant_columns}
 
 -- name: count_tenant_jobs

@@ -251,6 +251,18 @@ def limits_text(limits: TenantLimits) -> str | None:
     return None if limits.empty else json.dumps(limits_to_json(limits), separators=(",", ":"))
 
 
+def tenant_limits_params(
+    tenant: str, limits: TenantLimits, now: datetime, expected_updated_at: datetime | None
+) -> dict[str, Any]:
+    """The parameters of set_tenant_limits (a compare-and-set on updated_us when expected)."""
+    return {
+        "tenant": tenant,
+        "limits": limits_text(limits),
+        "now": to_us(now),
+        "expected_us": us_or_none(expected_updated_at),
+    }
+
+
 def limits_from_text(text: str | None) -> TenantLimits:
     return TenantLimits() if text is None else limits_from_json(json.loads(text))
 

@@ -60,6 +60,7 @@ from tickwork.store.base import (
     Watchers,
     distinct_leases,
     last_outcome_per_lease,
+    missing_or_stale,
 )
 from tickwork.store.sql import rows
 from tickwork.store.sql.backfills import (
@@ -562,14 +563,19 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         return rows.tenant_from_row(row, self._columns)
 
     async def set_tenant_limits(
-        self, tenant: str, limits: TenantLimits, *, now: datetime
+        self,
+        tenant: str,
+        limits: TenantLimits,
+        *,
+        now: datetime,
+        expected_updated_at: datetime | None = None,
     ) -> Tenant:
-        params = {"tenant": tenant, "limits": rows.limits_text(limits), "now": to_us(now)}
+        params = rows.tenant_limits_params(tenant, limits, now, expected_updated_at)
         row = await self._write(
             lambda conn: conn.execute(SQL.set_tenant_limits.text, params).fetchone()
         )
         if row is None:
-            raise NotFound("tenant", tenant)
+            raise await missing_or_stale(self, tenant)
         return rows.tenant_from_row(row, self._columns)
 
     async def delete_tenant(self, tenant: str, *, now: datetime) -> None:
