@@ -37,6 +37,8 @@ SEMANTIC_CODES = frozenset(
         "empty_range",  # a backfill's `to` not after its `from`
         "in_future",  # a backfill's `to` after now
         "too_many_occurrences",  # a backfill's range implies more than the cap
+        "window_too_long",  # a window's `to` too far after its `from` (occurrences, load)
+        "too_many_buckets",  # the load forecast: the window over the bucket width
     }
 )
 

@@ -450,7 +450,7 @@ async def planned_load_forecast(
     end: Annotated[
         QueryInstant | None, Query(alias="to", description="default: `from` + 1 hour")
     ] = None,
-    bucket: Annotated[int, Query(description="bucket width in seconds, 1..86400")] = 1,
+    bucket: Annotated[int, Query(ge=1, le=86_400, description="bucket width in seconds")] = 1,
     tenant: Annotated[str | None, Query(max_length=100)] = None,
 ) -> LoadOut:
     """Fires planned per bucket in [from, to) (at most 7 days): totals, peak, busiest

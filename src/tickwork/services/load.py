@@ -44,9 +44,11 @@ class PlannedLoad:
 def check_window(start: datetime, end: datetime, bucket_s: int) -> None:
     """InvalidInput naming the field unless [start, end) in buckets of bucket_s is answerable."""
     if end <= start:
-        raise InvalidInput("to", "must be later than `from`")
+        raise InvalidInput("to", "must be later than `from`", code="invalid_window")
     if end - start > MAX_LOAD_SPAN:
-        raise InvalidInput("to", "the window may span at most 7 days: narrow `from`..`to`")
+        raise InvalidInput(
+            "to", "the window may span at most 7 days: narrow `from`..`to`", code="window_too_long"
+        )
     if not 1 <= bucket_s <= 86_400:
         raise InvalidInput("bucket", "must be a whole number of seconds from 1 to 86400")
     if (end - start).total_seconds() / bucket_s > MAX_BUCKETS:
@@ -54,6 +56,7 @@ def check_window(start: datetime, end: datetime, bucket_s: int) -> None:
             "bucket",
             f"the window holds more than {MAX_BUCKETS} buckets of {bucket_s} s:"
             " use a larger bucket or a shorter window",
+            code="too_many_buckets",
         )
 
 
