@@ -35,6 +35,13 @@ def data_dir_for(db_url: str) -> Path:
     return Path(tempfile.gettempdir()) / "tw-test-data" / digest
 
 
+_PORT_ATTEMPTS = 3
+
+
+class PortTaken(RuntimeError):
+    """The process could not bind its port: something took it after free_port() found it."""
+
+
 @dataclass
 class UpProcess:
     """`tickwork up` by default; `command` runs `tickwork api|scheduler|worker` instead."""
@@ -56,6 +63,19 @@ class UpProcess:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self, timeout_s: float = 30.0) -> UpProcess:
+        # free_port() closes the port it found before the process binds it, and in between an
+        # outgoing connection of any process may take it as its local port (CI saw "already in
+        # use" once). Such a start is retried on another free port.
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                return await self._start_once(timeout_s)
+            except PortTaken:
+                if attempt + 1 == _PORT_ATTEMPTS:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    async def _start_once(self, timeout_s: float) -> UpProcess:
         env = {
             **os.environ,
             "TICKWORK_LOG_LEVEL": "warning",
@@ -75,7 +95,11 @@ class UpProcess:
             while "listening" not in self.banner:
                 line = await self.proc.stdout.readline()
                 if not line:
-                    raise RuntimeError(f"tickwork up exited early: {await self._stderr()}")
+                    stderr = await self._stderr()
+                    if "is already in use" in stderr:
+                        await self.proc.wait()
+                        raise PortTaken(stderr)
+                    raise RuntimeError(f"tickwork up exited early: {stderr}")
                 self.banner += line.decode()
         assert self.proc.stderr is not None
         self._readers = [
