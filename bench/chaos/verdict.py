@@ -124,11 +124,14 @@ def judge(
 ) -> Verdict:
     by_key: dict[str, list[Delivery]] = defaultdict(list)
     for delivery in deliveries:
-        by_key[delivery.key].append(delivery)
+        by_key[occurrence_of(delivery.key)].append(delivery)
+    per_occurrence: Counter[str] = Counter()
+    for key, n in successes.items():
+        per_occurrence[occurrence_of(key)] += n
     verdict = Verdict(expected=len(expected), delivered=len(by_key), deliveries=len(deliveries))
     verdict.lost = sorted(key for key in expected if key not in by_key)
     verdict.unexpected = sorted(key for key in by_key if key not in expected)
-    verdict.duplicate_effect = sorted(key for key, n in successes.items() if n > 1)
+    verdict.duplicate_effect = sorted(key for key, n in per_occurrence.items() if n > 1)
     verdict.bad_signatures = sum(not d.signature_ok for d in deliveries)
     windows = [_affected_window(f, timing) for f in faults]
 
@@ -166,6 +169,16 @@ def judge(
         for i, fault in enumerate(faults)
     ]
     return verdict
+
+
+def occurrence_of(key: str) -> str:
+    """The occurrence a delivery's key stands for: a misfire catch-up replays the occurrence of
+    the same instant under its own key (`<job>:<ms>:catchup`, docs/policies.md), and is that
+    occurrence's delivery. An occurrence delivered both ways counts twice (a duplicate)."""
+    return key.removesuffix(CATCHUP_SUFFIX)
+
+
+CATCHUP_SUFFIX = ":catchup"
 
 
 def _affected_window(fault: FaultWindow, timing: Timing) -> tuple[int, int]:

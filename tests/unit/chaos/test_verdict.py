@@ -43,6 +43,31 @@ def test_each_broken_invariant_is_reported() -> None:
     assert not v.invariants_ok
 
 
+def test_a_catch_up_delivery_is_its_occurrences_and_both_ways_is_a_duplicate() -> None:
+    # fire_all found late replays the missed occurrences as catch-up runs, keyed
+    # `<job>:<ms>:catchup`: each is the delivery its occurrence is owed.
+    expected = {"j:1000": 1 * S, "j:2000": 2 * S, "j:3000": 3 * S}
+    deliveries = [
+        delivery("j:1000:catchup", 4 * S),
+        delivery("j:2000:catchup", 4 * S + 20_000),
+        delivery("j:3000", 3 * S + 5_000),
+    ]
+    successes = {"j:1000:catchup": 1, "j:2000:catchup": 1, "j:3000": 1}
+    v = judge(
+        expected=expected, deliveries=deliveries, successes=successes, faults=[], timing=TIMING
+    )
+    assert (v.lost, v.unexpected, v.duplicate_effect) == ([], [], [])
+    assert v.invariants_ok
+    twice = judge(
+        expected=expected,
+        deliveries=deliveries,
+        successes={**successes, "j:1000": 1},
+        faults=[],
+        timing=TIMING,
+    )
+    assert twice.duplicate_effect == ["j:1000"]
+
+
 def test_a_repeat_during_a_fault_is_explained_and_its_delay_blamed_on_it() -> None:
     kill = FaultWindow("kill_scheduler", "scheduler-1", 100 * S, 103 * S)
     expected = {"x": 101 * S, "y": 500 * S}
