@@ -373,6 +373,24 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused WHERE n > 0
 r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.retry_policy,
     j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, j.tenant
 
+-- fragment: lease_locked
+-- Both batch leases' end, after a CTE `locked` of the runs to lease as they were before it:
+-- each gets fence + 1, attempt + 1, its owner, lease end and attempt start, and comes back
+-- with its job's and tenant's columns; `lost` appends the attempt of each one whose previous
+-- lease expired unfinished (its owner still set); on the usual lease it inserts nothing.
+leased AS (
+    UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
+        lease_owner = :owner, lease_until_us = :lease_until, {attempt_start}
+    FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
+    WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
+    RETURNING {fire_join_returning}
+),
+lost AS (
+    {insert_lost_attempts}
+    FROM locked WHERE lease_owner IS NOT NULL AND id IN (SELECT id FROM leased)
+)
+SELECT * FROM leased
+
 -- name: lease_runs
 -- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
 -- soonest first (fence + 1, attempt + 1, the attempt starting at :now), skipping rows another
@@ -383,28 +401,15 @@ r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.ret
 -- every row; behind a queue it skips the hand-offs whose messages are in flight (ADR 0016). A
 -- run that buffer_one held back was never published: released, its lease end is no longer its
 -- instant, and it is leased at once.
--- `picked` keeps the chosen rows as they were before the lease, so `lost` appends the attempt
--- of each one whose previous lease expired unfinished (its owner still set) in this statement;
--- on the usual lease it inserts nothing.
-WITH picked AS (
+-- `locked` keeps the chosen rows as they were before the lease, for lease_locked.
+WITH locked AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> scheduled_us)
     ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED
 ),
-leased AS (
-    UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
-        lease_owner = :owner, lease_until_us = :lease_until, {attempt_start}
-    FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
-    WHERE r.id = ANY(ARRAY(SELECT id FROM picked)) AND j.id = r.job_id
-    RETURNING {fire_join_returning}
-),
-lost AS (
-    {insert_lost_attempts}
-    FROM picked WHERE lease_owner IS NOT NULL AND id IN (SELECT id FROM leased)
-)
-SELECT * FROM leased
+{lease_locked}
 
 -- fragment: locked_by_fence
 -- `locked`: the runs named by the CTE `pairs` (id, fence) that are still pending at that
@@ -434,18 +439,7 @@ locked AS (
 -- of a previous lease that expired unfinished, as lease_runs does.
 WITH pairs AS (SELECT * FROM unnest(:ids::bigint[], :fences::bigint[]) AS p(id, fence)),
 {locked_by_fence},
-leased AS (
-    UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
-        lease_owner = :owner, lease_until_us = :lease_until, {attempt_start}
-    FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
-    WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
-    RETURNING {fire_join_returning}
-),
-lost AS (
-    {insert_lost_attempts}
-    FROM locked WHERE lease_owner IS NOT NULL AND id IN (SELECT id FROM leased)
-)
-SELECT * FROM leased
+{lease_locked}
 
 -- name: take_back_own_leases
 -- Take back the live leases of ours that a lost lease_runs reply left behind (those not in
