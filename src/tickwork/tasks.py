@@ -46,6 +46,9 @@ class TaskContext:
     fence_token: int
     args: Any
     heartbeat: Callable[[], Awaitable[None]]
+    # The instant a jittered or windowed occurrence was planned at (`schedule.jitter`,
+    # `schedule.window`); None: it was planned at `scheduled_for`.
+    planned_for: datetime | None = None
 
 
 class TaskRegistry:

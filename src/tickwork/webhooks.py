@@ -155,6 +155,8 @@ class Verified:
     timestamp: int  # webhook-timestamp, Unix seconds, new for every attempt
     job_id: str | None  # tickwork-job-id
     scheduled_for: datetime | None  # tickwork-scheduled-for, the occurrence's nominal instant
+    # tickwork-planned-for: sent only for a jittered or windowed occurrence
+    planned_for: datetime | None
     attempt: int | None  # tickwork-attempt, from 1
     duplicate: bool  # `seen` already had the occurrence (False when no `seen` was given)
 
@@ -294,6 +296,7 @@ def verify(
         timestamp=timestamp,
         job_id=fields.get("tickwork-job-id"),
         scheduled_for=_optional_instant(fields, "tickwork-scheduled-for"),
+        planned_for=_optional_instant(fields, "tickwork-planned-for"),
         attempt=_optional_int(fields, "tickwork-attempt"),
         duplicate=seen is not None and not seen.add(occurrence),
     )

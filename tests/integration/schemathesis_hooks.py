@@ -39,6 +39,8 @@ SEMANTIC_CODES = frozenset(
         "too_many_occurrences",  # a backfill's range implies more than the cap
         "window_too_long",  # a window's `to` too far after its `from` (occurrences, load)
         "too_many_buckets",  # the load forecast: the window over the bucket width
+        "invalid_shift",  # schedule.jitter / schedule.window: 0 .. P1D
+        "jitter_and_window",  # a schedule takes one of the two, not both
     }
 )
 

@@ -146,6 +146,19 @@ def test_create_with_a_catchup_window_and_get_shows_it(cli: Any) -> None:
     assert "P1D (unused: not fire_all)" in cli("jobs", "get", other["id"]).out
 
 
+def test_create_with_a_jitter_or_a_window_and_get_shows_both_instants(cli: Any) -> None:
+    job = cli(*create_args("--cron", "0 * * * *", "--jitter", "PT10M", "--json")).json()
+    assert job["schedule"]["jitter"] == "PT10M"
+    assert job["next_scheduled_for"] == "2026-01-15T13:00:00Z"
+    assert job["next_run_at"] != job["next_scheduled_for"]  # this id draws a delay
+    shown = cli("jobs", "get", job["id"]).out
+    assert "jitter PT10M" in shown
+    assert f"{job['next_run_at']} (occurrence 2026-01-15T13:00:00Z)" in shown
+    windowed = cli(*create_args("--every", "PT1H", "--window", "300", "--json")).json()
+    assert windowed["schedule"]["window"] == "PT5M"
+    assert "window PT5M (least loaded second)" in cli("jobs", "get", windowed["id"]).out
+
+
 def test_create_from_a_file(cli: Any, tmp_path: Path) -> None:
     body = {
         "name": "from-file",
@@ -559,6 +572,8 @@ def test_local_bad_input_exits_2_with_one_line(cli: Any, args: list[str], needle
             ["--every", "30", "--catchup-window", "PT0S"],
             "schedule.catchup_window (--catchup-window)",
         ),
+        (["--every", "30", "--jitter", "P2D"], "schedule.jitter (--jitter)"),
+        (["--every", "30", "--jitter", "5", "--window", "5"], "schedule.window (--window)"),
     ],
 )
 def test_api_bad_input_exits_2_naming_the_flag(cli: Any, extra: list[str], needle: str) -> None:

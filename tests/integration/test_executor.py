@@ -223,3 +223,48 @@ async def test_a_backfill_runs_webhook_carries_its_occurrence_and_its_own_key(
     [hit] = receiver.for_path("/ok")
     assert hit.headers["tickwork-scheduled-for"] == utc_iso(replayed)
     assert hit.key == f"{job.id}:{int(replayed.timestamp() * 1000)}:backfill"
+
+
+async def test_a_jittered_fire_waits_for_its_planned_instant_and_says_both_instants(
+    store: SqliteStore, receiver: Receiver
+) -> None:
+    nominal = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    planned = datetime.now(UTC) + timedelta(milliseconds=300)
+    job = await add_job(store, 1, receiver.url("/ok"), planned)
+    plan = ClaimPlan(
+        job_id=job.id,
+        expected_fence=job.fence_token,
+        expected_next_run_at=planned,  # the job's stored instant: the planned one
+        scheduled_for=nominal,
+        coalesced=0,
+        new_next_run_at=planned + timedelta(minutes=1),
+    )
+    now = datetime.now(UTC)
+    [fire] = await store.claim([plan], owner="t", lease_until=now + timedelta(minutes=1), now=now)
+    assert (fire.scheduled_for, fire.planned_for) == (nominal, planned)
+    async with WebhookRunner(policy=LOOPBACK) as runner:
+        executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
+        executor.submit([fire])
+        await executor.drain()
+    [hit] = receiver.for_path("/ok")
+    assert hit.arrived_at >= planned
+    assert hit.headers["tickwork-scheduled-for"] == utc_iso(nominal)
+    assert hit.headers["tickwork-planned-for"] == utc_iso(planned)
+    [run] = await store.list_runs(job.id)
+    assert (run.scheduled_for, run.planned_for) == (nominal, planned)
+    assert run.started_at is not None
+    assert run.started_at >= planned
+
+
+async def test_an_unshifted_fire_sends_no_planned_for_header(
+    store: SqliteStore, receiver: Receiver
+) -> None:
+    job = await add_job(store, 1, receiver.url("/ok"), datetime.now(UTC))
+    async with WebhookRunner(policy=LOOPBACK) as runner:
+        executor = Executor(store, SystemClock(), runner, ExecutorConfig(node_id="t"))
+        executor.submit(await claim_one(store, job))
+        await executor.drain()
+    [hit] = receiver.for_path("/ok")
+    assert "tickwork-planned-for" not in hit.headers
+    [run] = await store.list_runs(job.id)
+    assert run.planned_for is None

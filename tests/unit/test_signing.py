@@ -145,6 +145,7 @@ def test_verify_returns_the_request_identity() -> None:
         timestamp=TS,
         job_id="job-7",
         scheduled_for=datetime(2026, 3, 1, 12, 0, tzinfo=UTC),
+        planned_for=None,
         attempt=2,
         fence=41,
         duplicate=False,

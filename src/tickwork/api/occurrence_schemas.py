@@ -113,6 +113,12 @@ class ExplainOut(_Output):
     misfire: str
     misfire_grace: str
     catchup_window: str = Field(description="how far back fire_all catches up (unused otherwise)")
+    planned_for: InstantOut | None = Field(
+        None,
+        description="a jittered or windowed occurrence: when it fires (or fired); null: at"
+        " its instant, or a window not placed yet",
+    )
+    shift: str | None = Field(None, description="how the schedule's jitter or window moves it")
     run: RunOut | None = Field(description="its run, or the run it was coalesced into")
     attempts: list[AttemptOut] = Field(description="the run's attempts, oldest first")
 
@@ -147,6 +153,8 @@ class ExplainOut(_Output):
             misfire=schedule.misfire.value,
             misfire_grace=format_duration_ms(schedule.misfire_grace_ms),
             catchup_window=format_duration_ms(schedule.catchup_window_ms),
+            planned_for=None if found.planned_for is None else utc_iso(found.planned_for),
+            shift=found.shift_note,
             run=None if found.run is None else RunOut.of(found.run, now),
             attempts=[AttemptOut.of(a) for a in found.attempts],
         )

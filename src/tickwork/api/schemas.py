@@ -81,7 +81,8 @@ from tickwork.services.tenants import NewSecret, TenantSigning
 from tickwork.timing.cron import TIMEZONE_FIELD, ZONE_NAMES, load_zone
 from tickwork.timing.durations import format_duration_ms, parse_duration_ms
 from tickwork.timing.preview import EndReason, SchedulePreview
-from tickwork.timing.triggers import parse_catchup_window_ms
+from tickwork.timing.shift import known_planned, nominal_of, shift_note
+from tickwork.timing.triggers import parse_catchup_window_ms, parse_shift_ms
 from tickwork.webhooks import MAX_SIGNING_SECRETS, fingerprint
 
 DEFAULT_TIMEOUT = "PT10S"
@@ -268,6 +269,18 @@ class ScheduleIn(_Input):
         " are caught up, paced; older ones are skipped. PT1S to P366D; default P1D",
     )
     dst: DstIn | None = Field(None, description="cron only: clock-change choices")
+    jitter: Duration | None = Field(
+        None,
+        description="delay each fire by an amount in [0, jitter] drawn from the occurrence (the"
+        " same on every scheduler), to spread a herd; up to P1D; not with window",
+        examples=["PT30S"],
+    )
+    window: Duration | None = Field(
+        None,
+        description="let each occurrence fire anywhere in [its instant, + window]: tickwork"
+        " places it in the least loaded second; up to P1D; not with jitter",
+        examples=["PT5M"],
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> ScheduleIn:
@@ -311,6 +324,11 @@ class ScheduleIn(_Input):
                 if self.catchup_window is None
                 else parse_catchup_window_ms(self.catchup_window)
             )
+        for name in ("jitter", "window"):
+            if name in fields:
+                value = getattr(self, name)
+                shift = 0 if value is None else parse_shift_ms(value, f"schedule.{name}")
+                changes[f"{name}_ms"] = shift
         if "dst" in fields:
             dst = self.dst or DstIn()
             changes["dst_gap"] = dst.gap or DstGap.CRON
@@ -767,6 +785,8 @@ class ScheduleOut(_Output):
     misfire: MisfirePolicy
     misfire_grace: str
     catchup_window: str
+    jitter: str | None = Field(description="null: none")
+    window: str | None = Field(description="null: none")
     dst: dict[str, str] | None = None
 
     @model_serializer(mode="wrap")
@@ -796,6 +816,8 @@ class ScheduleOut(_Output):
             misfire=schedule.misfire,
             misfire_grace=format_duration_ms(schedule.misfire_grace_ms),
             catchup_window=format_duration_ms(schedule.catchup_window_ms),
+            jitter=format_duration_ms(schedule.jitter_ms) if schedule.jitter_ms else None,
+            window=format_duration_ms(schedule.window_ms) if schedule.window_ms else None,
             dst=(
                 {"gap": schedule.dst_gap.value, "repeat": schedule.dst_repeat.value}
                 if isinstance(trigger, CronTrigger)
@@ -940,7 +962,13 @@ class JobOut(_Output):
     fired_count: int = Field(description="scheduled fires so far (what max_runs counts)")
     pause_note: str | None
     paused_at: InstantOut | None
-    next_run_at: InstantOut | None
+    next_run_at: InstantOut | None = Field(
+        description="when the next occurrence fires: its instant, moved by the schedule's"
+        " jitter or window"
+    )
+    next_scheduled_for: InstantOut | None = Field(
+        description="the next occurrence's own instant (what its run's scheduled_for will be)"
+    )
     last_fired_at: InstantOut | None
     fence_token: int
     created_at: InstantOut
@@ -970,6 +998,11 @@ class JobOut(_Output):
             # The store keeps a completed job's last instant (its claim only moves state); to
             # the user a completed job has no next run.
             next_run_at=None if job.state is JobState.COMPLETED else _iso(job.next_run_at),
+            next_scheduled_for=(
+                None
+                if job.state is JobState.COMPLETED or job.next_run_at is None
+                else utc_iso(nominal_of(job.schedule, job.next_run_at))
+            ),
             last_fired_at=_iso(job.last_fired_at),
             fence_token=job.fence_token,
             created_at=utc_iso(job.created_at),
@@ -988,6 +1021,11 @@ class RunOut(_Output):
     key: str = Field(description="idempotency key: the same for every attempt of an occurrence")
     origin: RunOrigin
     scheduled_for: InstantOut
+    planned_for: InstantOut | None = Field(
+        None,
+        description="a jittered or windowed occurrence: the instant it was planned to fire at"
+        " (null: at scheduled_for)",
+    )
     state: RunState = Field(
         description="what the run is doing now: pending, running, retrying, succeeded, "
         "failed, dead_lettered or cancelled (read this one)"
@@ -1031,6 +1069,7 @@ class RunOut(_Output):
             key=run.key,
             origin=run.origin,
             scheduled_for=utc_iso(run.scheduled_for),
+            planned_for=_iso(run.planned_for),
             state=state,
             status=run.status,
             attempt=run.attempt,
@@ -1121,6 +1160,11 @@ class FireOut(_Output):
     note: str | None = Field(
         description="set when a DST change moved or merged this fire, or a one-shot is late"
     )
+    planned_for: InstantOut | None = Field(
+        None,
+        description="a job's jittered or windowed fire: when it fires (null: at `utc`, or a"
+        " window placed only when the fire before it is claimed)",
+    )
 
 
 class EndOut(_Output):
@@ -1158,9 +1202,16 @@ class JobPreviewOut(PreviewOut):
         description="paused: the fires are those it would make if resumed now; completed: none"
     )
 
+    shift: str | None = Field(None, description="how the job's jitter or window moves its fires")
+
     @classmethod
     def of_job(cls, job: Job, preview: SchedulePreview) -> JobPreviewOut:
-        return cls(job_id=job.id, state=job.state, **cls._fields_of(preview))
+        fields = cls._fields_of(preview)
+        stored = job.next_run_at if job.state is JobState.SCHEDULED else None
+        for fire, entry in zip(fields["fires"], preview.fires, strict=True):
+            planned = known_planned(job.id, job.schedule, entry.utc, stored)
+            fire.planned_for = None if planned is None else utc_iso(planned)
+        return cls(job_id=job.id, state=job.state, shift=shift_note(job.schedule), **fields)
 
 
 class Health(_Output):

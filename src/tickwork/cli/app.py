@@ -204,6 +204,8 @@ _FLAGS: Final = {
     "schedule.end_at": "--end-at",
     "schedule.misfire": "--misfire",
     "schedule.catchup_window": "--catchup-window",
+    "schedule.jitter": "--jitter",
+    "schedule.window": "--window",
     "schedule.dst": "--dst-gap/--dst-repeat",
     "schedule.dst.gap": "--dst-gap",
     "schedule.dst.repeat": "--dst-repeat",

@@ -46,6 +46,7 @@ def job_body(o: Mapping[str, Any]) -> dict[str, Any]:
         "cron": o["cron"], "timezone": o["tz"], "every": _number_or_text(o["every"]),
         "at": o["at"], "start_at": o["start_at"], "end_at": o["end_at"], "misfire": o["misfire"],
         "catchup_window": _number_or_text(o["catchup_window"]),
+        "jitter": _number_or_text(o.get("jitter")), "window": _number_or_text(o.get("window")),
         "dst": _dst(o),
     }  # fmt: skip
     job = {"name": o["name"], "schedule": present(schedule), "target": _target(o)}

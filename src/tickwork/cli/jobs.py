@@ -61,6 +61,14 @@ def jobs_create(
             " [default: P1D]"
         ),
     ] = None,
+    jitter: Annotated[
+        str | None,
+        typer.Option(help="delay each fire by up to this, drawn per occurrence, e.g. PT30S"),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(help="fire each occurrence in the least loaded second this long after it"),
+    ] = None,
     dst_gap: Annotated[
         DstGap | None,
         typer.Option(
@@ -120,7 +128,7 @@ def jobs_create(
         "body": body, "timeout": timeout, "tenant": tenant, "max_attempts": max_attempts,
         "backoff": backoff, "max_backoff": max_backoff, "task": task, "args": args,
         "secret": secret, "on_failure": on_failure, "overlap": overlap, "max_runs": max_runs,
-        "catchup_window": catchup_window,
+        "catchup_window": catchup_window, "jitter": jitter, "window": window,
     }  # fmt: skip
     payload = load_job_file(file, options) if file else job_body(options)
     job = api_client(api).call("POST", "/v1/jobs", json=payload)

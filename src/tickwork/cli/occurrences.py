@@ -92,6 +92,10 @@ def explanation(found: Mapping[str, Any]) -> Group:
     }
     if found["misfire"] == "fire_all":  # the only policy that catches up
         rows["catch-up window"] = str(found.get("catchup_window", "P1D"))
+    if found.get("shift"):
+        rows["shift"] = str(found["shift"])
+    if found.get("planned_for"):
+        rows["planned for"] = str(found["planned_for"])
     if found["count"] and found["count"] > 1:
         rows["range"] = f"{found['range_first']} .. {found['range_last']} ({found['count']})"
     if found["dst"] is not None:

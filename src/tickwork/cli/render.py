@@ -120,6 +120,22 @@ def _catchup_text(schedule: Mapping[str, Any]) -> str:
     return window if schedule["misfire"] == "fire_all" else f"{window} (unused: not fire_all)"
 
 
+def _shift_text(schedule: Mapping[str, Any]) -> str:
+    if schedule.get("jitter"):
+        return f"jitter {schedule['jitter']}"
+    if schedule.get("window"):
+        return f"window {schedule['window']} (least loaded second)"
+    return "-"
+
+
+def _next_text(job: Mapping[str, Any]) -> str:
+    """When the next occurrence fires, and its own instant when a jitter or window moved it."""
+    planned, nominal = job["next_run_at"], job.get("next_scheduled_for")
+    if planned is None:
+        return "-"
+    return planned if nominal in (None, planned) else f"{planned} (occurrence {nominal})"
+
+
 def job_detail(job: Mapping[str, Any]) -> Table:
     schedule, target = job["schedule"], job["target"]
     window = f"{schedule.get('start_at') or '-'} .. {schedule.get('end_at') or '-'}"
@@ -132,13 +148,14 @@ def job_detail(job: Mapping[str, Any]) -> Table:
         "window": window,
         "misfire": f"{schedule['misfire']} (grace {schedule['misfire_grace']})",
         "catch-up window": _catchup_text(schedule),
+        "shift": _shift_text(schedule),
         "overlap": str(job.get("overlap", "allow")),
         "runs": _runs_text(job),
         **_target_rows(target),
         "signing": _signing_text(job["signing"]),
         "on failure": job["on_failure"]["url"] if job.get("on_failure") else "-",
         "retry": _retry_text(job["retry"]),
-        "next run": job["next_run_at"] or "-",
+        "next run": _next_text(job),
         "last fired": job["last_fired_at"] or "-",
         "fence token": str(job["fence_token"]),
         "created": job["created_at"],

@@ -16,6 +16,8 @@ DEFAULT_MISFIRE_GRACE_MS: Final = 1_000
 DEFAULT_CATCHUP_WINDOW_MS: Final = 86_400_000
 MIN_CATCHUP_WINDOW_MS: Final = 1_000  # PT1S
 MAX_CATCHUP_WINDOW_MS: Final = 366 * 86_400_000  # P366D
+# schedule.jitter and schedule.window: at most a day (ADR 0022).
+MAX_SHIFT_MS: Final = 86_400_000
 
 
 class JobState(StrEnum):
@@ -102,6 +104,11 @@ class Schedule:
     # misfire fire_all only: missed occurrences at most this old are caught up (paced), older
     # ones are skipped (unused by the other policies).
     catchup_window_ms: int = DEFAULT_CATCHUP_WINDOW_MS
+    # Herd shaping (ADR 0022), at most one of the two; 0: none. Each occurrence fires at a
+    # delay drawn from the occurrence in [0, jitter_ms], or at the least loaded second of
+    # [nominal, nominal + window_ms]; the nominal instant stays the occurrence's identity.
+    jitter_ms: int = 0
+    window_ms: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, repr=False)

@@ -102,10 +102,18 @@ class Fire:
     # The job's tenant, read with the lease (the same join): the executor's per-tenant cap
     # keys on it (ADR 0023) without a store read per fire.
     tenant: str = "default"
+    # The instant a jittered or windowed occurrence was planned at (ADR 0022), after
+    # `scheduled_for`, its nominal instant; None: it starts at `scheduled_for`.
+    planned_for: datetime | None = None
     # Set when this process could not decrypt the job's target, secrets or alert (a key it
     # lacks): the attempt fails with this message instead of running (`target` is then a
     # placeholder that is never run).
     unreadable: str | None = None
+
+    @property
+    def starts_at(self) -> datetime:
+        """The instant the executor starts the fire at: its planned instant, if shifted."""
+        return self.scheduled_for if self.planned_for is None else self.planned_for
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -224,6 +232,9 @@ class Run:
     # None once it finished.
     lease_owner: str | None = None
     lease_until: datetime | None = None
+    # When a jittered or windowed occurrence was planned to fire (ADR 0022); None: at
+    # `scheduled_for`, its nominal instant.
+    planned_for: datetime | None = None
 
 
 def run_state(run: Run, now: datetime) -> RunState:

@@ -6,17 +6,82 @@ misfire rule is a table test (tests/unit/test_planning.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from tickwork.domain.backfills import MAX_BACKFILL_OCCURRENCES
 from tickwork.domain.jobs import AtTrigger, EveryTrigger, MisfirePolicy, OverlapPolicy, Schedule
 from tickwork.store.base import ClaimPlan, DueJob
+from tickwork.timing.shift import is_shifted, nominal_of, planned_of, window_seconds
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
 
 def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> ClaimPlan:
+    """Plan the claim of one due job: `_plan_nominal` on its nominal instant, then the job's
+    next occurrence moved by its jitter (ADR 0022).
+
+    A jittered or windowed job's `next_run_at` is its next occurrence's planned instant; the
+    plan fires the occurrence under its nominal instant (its identity: key, scheduled_for,
+    ledger), judges lateness from the planned one (a jittered fire is not late by its delay),
+    and compares-and-sets on the stored one. A windowed job's next occurrence is left at its
+    nominal instant here: `place_windows` places it, against the load read for the batch.
+    """
+    schedule = due.schedule
+    if not is_shifted(schedule):
+        return _plan_nominal(due, now, epoch=epoch)
+    nominal = nominal_of(schedule, due.next_run_at)
+    plan = _plan_nominal(
+        replace(due, next_run_at=nominal), now, epoch=epoch, planned=due.next_run_at
+    )
+    plan = replace(plan, expected_next_run_at=due.next_run_at)
+    if not schedule.jitter_ms:
+        return plan
+    return _shifted(plan, due, load=None)
+
+
+def place_windows(
+    plans: Sequence[ClaimPlan], due: Sequence[DueJob], load: Mapping[int, int]
+) -> list[ClaimPlan]:
+    """`plans` (of `due`, in the same order) with each windowed job's next occurrence placed in
+    its window, in a least loaded second by `load` (a `LoadMap` is counted each placement, so a
+    batch spreads itself). Plans of other jobs are returned as they are."""
+    return [
+        _shifted(plan, job, load=load) if job.schedule.window_ms else plan
+        for plan, job in zip(plans, due, strict=True)
+    ]
+
+
+def window_ranges(plans: Sequence[ClaimPlan], due: Sequence[DueJob]) -> list[tuple[int, int]]:
+    """The epoch seconds [first, last] `place_windows` will read the load of, one range per
+    windowed plan with a next occurrence."""
+    found = []
+    for plan, job in zip(plans, due, strict=True):
+        for nominal in (plan.new_next_run_at, plan.next_if_skipped):
+            if nominal is not None and job.schedule.window_ms:
+                span = window_seconds(job.schedule, nominal)
+                if span is not None:
+                    found.append(span)
+    return found
+
+
+def _shifted(plan: ClaimPlan, due: DueJob, *, load: Mapping[int, int] | None) -> ClaimPlan:
+    """`plan` with its next occurrence (and the one it falls back to if skipped) moved from its
+    nominal instant to its planned one."""
+
+    def shift(nominal: datetime | None) -> datetime | None:
+        return None if nominal is None else planned_of(due.job_id, due.schedule, nominal, load=load)
+
+    return replace(
+        plan,
+        new_next_run_at=shift(plan.new_next_run_at),
+        next_if_skipped=shift(plan.next_if_skipped),
+    )
+
+
+def _plan_nominal(
+    due: DueJob, now: datetime, *, epoch: int | None, planned: datetime | None = None
+) -> ClaimPlan:
     """Plan the claim of one due job (`due.next_run_at` may be slightly after `now` when the
     scheduler claims ahead; the fire itself then waits for its instant). `epoch` is the epoch
     of the job's partition lease the claimer holds (ADR 0015), carried to the store's check.
@@ -36,7 +101,7 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     # found it with `now` in America/New_York). The scheduler's clock is UTC already.
     now = now.astimezone(UTC)
     schedule = due.schedule
-    late = now - due.next_run_at
+    late = now - (due.next_run_at if planned is None else planned)
     policy = schedule.misfire
     if late <= timedelta(milliseconds=schedule.misfire_grace_ms):
         return _plan(due, fire=due.next_run_at, coalesced=0, epoch=epoch)

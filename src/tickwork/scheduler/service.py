@@ -33,6 +33,7 @@ from tickwork.domain.runs import Envelope, Fire
 from tickwork.scheduler.partitions import PartitionKeeper
 from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
 from tickwork.scheduler.stall import StallWatch
+from tickwork.scheduler.window_load import WindowLoad
 from tickwork.store.base import DEFAULT_TAKEOVER_GRACE_MS, ClaimPlan, DueJob, ScheduleStore
 from tickwork.waiting import first_of
 
@@ -108,6 +109,7 @@ class SchedulerService:
             verdict_ttl_s=keeper.lease_ttl_s if keeper is not None else 0.0,
         )
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic s, fires) of each claim
+        self._windows = WindowLoad(store)  # where windowed occurrences are placed (ADR 0022)
 
     @property
     def keeper(self) -> PartitionKeeper | None:
@@ -150,6 +152,7 @@ class SchedulerService:
         if not due:
             return TickResult(due=0, scanned_to=horizon, settled_below=horizon)
         plans = [plan_claim(job, now, epoch=_epoch_of(job, held)) for job in due]
+        plans = await self._windows.place(plans, due, now)
         fires, handed_off, refused = await self._claim(plans, now)
         self._recent.append((self._clock.monotonic_s(), len(fires) + len(handed_off)))
         planned = sum(p.scheduled_for is not None for p in plans)
@@ -233,6 +236,7 @@ class SchedulerService:
         if not due:
             return TickResult(due=0)
         plans = [plan_claim(job, now, epoch=NO_EPOCH) for job in due]
+        plans = await self._windows.place(plans, due, now)
         fires, handed_off, refused = await self._claim(plans, now)
         result = TickResult(due=len(due), fires=fires, handed_off=handed_off, refused=refused)
         self._recent.append((self._clock.monotonic_s(), result.claimed))

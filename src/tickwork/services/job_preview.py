@@ -22,6 +22,7 @@ from tickwork.timing.preview import (
     preview_schedule,
     schedule_end,
 )
+from tickwork.timing.shift import nominal_of
 from tickwork.timing.triggers import first_occurrence
 
 __all__ = ["preview_job"]
@@ -45,8 +46,8 @@ def preview_job(
             # Resumed now: a preview from `now` lists exactly that, first and end alike.
             return preview_schedule(schedule, now, count, fired_count=job.fired_count)
     else:
-        first = job.next_run_at
-        assert first is not None  # a scheduled job without one is answered above
+        assert job.next_run_at is not None  # a scheduled job without one is answered above
+        first = nominal_of(schedule, job.next_run_at)  # the stored instant is the planned one
     start = (first.astimezone(UTC) - _ONE_US) if after is None else after
     return preview_schedule(schedule, start, count, fired_count=job.fired_count, first=first)
 

@@ -44,6 +44,7 @@ from tickwork.services.rules import (
 from tickwork.services.tenants import check_job_egress
 from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.timing.ledger import paused_range
+from tickwork.timing.shift import is_shifted, planned_of, window_seconds
 
 __all__ = [
     "KEEP",
@@ -126,7 +127,6 @@ class JobService:
         check_alert(spec.on_failure)
         tenant = await self.require_tenant(spec.tenant)
         check_job_egress(tenant, _job_urls(spec.target, spec.on_failure))
-        next_run_at = first_fire(schedule, now)
         job = Job(
             id=new_job_id(now),
             name=spec.name,
@@ -134,12 +134,13 @@ class JobService:
             schedule=schedule,
             target=spec.target,
             state=JobState.SCHEDULED,
-            next_run_at=next_run_at,
+            next_run_at=first_fire(schedule, now),
             created_at=now,
             updated_at=now,
             retry=retry,
             on_failure=spec.on_failure,
         )
+        job = await self._planned(None, job)
         # The store checks the quota under a lock; a tenant without one pays nothing for it.
         return await self._store.create_job(job, check_quota=tenant.limits.max_jobs is not None)
 
@@ -155,6 +156,26 @@ class JobService:
 
     async def list(self, query: JobQuery) -> list[Job]:
         return await self._store.list_jobs(query)
+
+    async def _planned(self, before: Job | None, edited: Job) -> Job:
+        """`edited` with its next occurrence moved to its planned instant by the schedule's
+        jitter or window (ADR 0022), when the rules gave it a new one (always at its nominal
+        instant): a new job, a new schedule, a resume. A job whose next occurrence and
+        schedule are unchanged (a rename, a pause) keeps its planned instant: a windowed
+        occurrence is never placed twice."""
+        nominal = edited.next_run_at
+        if nominal is None or not is_shifted(edited.schedule):
+            return edited
+        if (
+            before is not None
+            and before.next_run_at == nominal
+            and before.schedule == edited.schedule
+        ):
+            return edited
+        span = window_seconds(edited.schedule, nominal)
+        load = None if span is None else await self._store.planned_counts(*span)
+        planned = planned_of(edited.id, edited.schedule, nominal, load=load)
+        return replace(edited, next_run_at=planned)
 
     async def _edit(
         self,
@@ -176,6 +197,7 @@ class JobService:
             if edited is job:
                 return job
             passed = None if ledger is None else ledger(job, edited, now)
+            edited = await self._planned(job, edited)
             try:
                 if passed is not None:
                     return await self._store.update_job(edited, ledger=[passed])

@@ -23,7 +23,9 @@ from tickwork.domain.jobs import Job, JobState
 from tickwork.errors import InvalidInput
 from tickwork.store.base import JobQuery, ScheduleStore
 from tickwork.timing.load import LoadTally, TenantLoadForecast
+from tickwork.timing.shift import nominal_of, planned_of
 from tickwork.timing.triggers import next_occurrence
+from tickwork.timing.window import LoadMap
 
 __all__ = ["MAX_BUCKETS", "MAX_LOAD_SPAN", "MAX_PLANNED", "PlannedLoad", "planned_load"]
 
@@ -72,9 +74,10 @@ async def planned_load(
     check_window(start, end, bucket_s)
     tally = LoadTally(start=start, end=end, bucket_s=bucket_s)
     jobs = planned = 0
+    windows = LoadMap()  # the forecast's own count of windowed placements
     async for job in _scheduled_jobs(store, tenant):
         jobs += 1
-        for instant in _planned_instants(job, start, end):
+        for instant in _planned_instants(job, start, end, windows):
             if planned >= max_planned:
                 return PlannedLoad(forecast=tally.result(), jobs=jobs, truncated=True)
             tally.add(job.tenant, instant)
@@ -95,18 +98,31 @@ async def _scheduled_jobs(store: ScheduleStore, tenant: str | None) -> AsyncIter
         after = page[-1].id
 
 
-def _planned_instants(job: Job, start: datetime, end: datetime) -> Iterator[datetime]:
-    """The job's fires in [start, end): from its next_run_at (or, overdue, its next occurrence
-    from `start` on), within its bounds, at most its remaining max_runs."""
+def _planned_instants(
+    job: Job, start: datetime, end: datetime, windows: LoadMap
+) -> Iterator[datetime]:
+    """The job's fires in [start, end), at the instants they fire: from its next_run_at (or,
+    overdue, its next occurrence from `start` on), within its bounds, at most its remaining
+    max_runs. A jittered occurrence is counted at its drawn instant (exact: the scheduler
+    draws the same); a windowed one after the stored next is placed as the scheduler would,
+    against `windows`, the forecast's own count of placements so far (the scheduler also
+    counts what the store holds, so its placements may differ, never leaving the window)."""
     schedule = job.schedule
-    instant = job.next_run_at
-    if instant is None:
+    planned = job.next_run_at
+    if planned is None:
         return
-    if instant < start:
-        instant = next_occurrence(schedule, start - _ONE_US)
+    nominal: datetime | None = nominal_of(schedule, planned)
+    if planned < start:
+        nominal = next_occurrence(schedule, start - _ONE_US)
+        planned = None if nominal is None else planned_of(job.id, schedule, nominal, load=windows)
+    elif schedule.window_ms:
+        windows.add(planned)
     remaining = None if schedule.max_runs is None else schedule.max_runs - job.fired_count
-    while instant is not None and instant < end and (remaining is None or remaining > 0):
-        yield instant
+    while nominal is not None and nominal < end and (remaining is None or remaining > 0):
+        assert planned is not None
+        if start <= planned < end:
+            yield planned
         if remaining is not None:
             remaining -= 1
-        instant = next_occurrence(schedule, instant)
+        nominal = next_occurrence(schedule, nominal)
+        planned = None if nominal is None else planned_of(job.id, schedule, nominal, load=windows)

@@ -21,6 +21,7 @@ from tickwork.store.base import ScheduleStore
 from tickwork.timing.durations import format_duration_ms
 from tickwork.timing.ledger import Entry, Outcome, merge_ledger
 from tickwork.timing.preview import preview_cron
+from tickwork.timing.shift import known_planned, shift_note
 from tickwork.timing.triggers import next_occurrence
 
 MAX_WINDOW: Final = timedelta(days=366)
@@ -41,6 +42,10 @@ class Explanation:
     attempts: list[AttemptRecord]
     dst_note: str | None  # what a clock change did to it (cron schedules)
     summary: str
+    # When a jittered or windowed occurrence fires (did, or will): its run's planned instant,
+    # or as planned now (timing.shift.known_planned); None: at its instant, or not placed yet.
+    planned_for: datetime | None = None
+    shift_note: str | None = None  # how the schedule's jitter or window moves occurrences
 
 
 class OccurrenceService:
@@ -88,6 +93,12 @@ class OccurrenceService:
             attempts=attempts,
             dst_note=dst_note(job, occurrence),
             summary=summary(job, occurrence, entry, run, attempts),
+            planned_for=(
+                run.planned_for
+                if run is not None and run.scheduled_for == occurrence
+                else known_planned(job.id, job.schedule, occurrence, job.next_run_at)
+            ),
+            shift_note=shift_note(job.schedule),
         )
 
     async def _run_of(self, entry: Entry) -> Run | None:

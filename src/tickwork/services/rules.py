@@ -51,6 +51,7 @@ from tickwork.domain.masking import MASK, unrestored_masks
 from tickwork.domain.retry import RetryPolicy
 from tickwork.errors import Conflict, InvalidInput
 from tickwork.timing.durations import format_duration_ms
+from tickwork.timing.shift import nominal_of
 from tickwork.timing.triggers import first_occurrence, next_occurrence, validate_schedule
 from tickwork.webhooks import MAX_SIGNING_SECRETS, parse_secret
 
@@ -355,7 +356,8 @@ def resumed(job: Job, now: datetime, *, catch_up: bool = False) -> Job:
     # A paused job keeps next_run_at: its first occurrence not claimed yet. Not the first one
     # after paused_at: the scheduler claims up to its look-ahead early, so that one may have
     # fired already (replanning it recorded it twice in the ledger; a property test found it).
-    kept = job.next_run_at
+    # Its nominal instant: the service plans the one resumed at anew (jitter, window).
+    kept = None if job.next_run_at is None else nominal_of(job.schedule, job.next_run_at)
     if catch_up and job.paused_at is not None:
         next_run_at = kept if kept is not None else next_occurrence(job.schedule, job.paused_at)
     else:

@@ -140,6 +140,16 @@ class ClaimPlan:
     catchup_total: int = 0
 
     @property
+    def planned_for(self) -> datetime | None:
+        """The instant a jittered or windowed occurrence fires at (ADR 0022): the job's
+        next_run_at it was due at, when that is after the occurrence's own instant. None:
+        at its own instant (no shift, or a late claim that fires at once anyway)."""
+        fired = self.scheduled_for
+        if fired is None or self.expected_next_run_at <= fired:
+            return None
+        return self.expected_next_run_at
+
+    @property
     def plain(self) -> bool:
         """No policy work for the claim beyond its compare-and-set and advance: no ledger
         range, no catch-up, no overlap look-up (allow, or nothing fired), no skip target. A
@@ -346,6 +356,13 @@ class ClaimStore(Protocol):
     ) -> datetime | None:
         """The earliest next_run_at of any scheduled job of the given partitions (None: all),
         of those at or after `not_before` (as in `due_jobs`); None when there is none."""
+        ...
+
+    async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:
+        """How many scheduled jobs of every partition are planned to fire in each epoch second
+        of [first_s, last_s] (by their next_run_at), the seconds with none left out: the load
+        a flexible window places its occurrences against (ADR 0022). One read of the due
+        index, for the range only."""
         ...
 
     async def claim(

@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from tickwork.clock import Clock, SystemClock, from_us
+from tickwork.clock import Clock, SystemClock, from_us, to_us
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.backfills import (
     Backfill,
@@ -218,6 +218,15 @@ class MemoryStore:
         times = [j.next_run_at for j in self._due_from(not_before, partitions)]
         return min(times) if times else None  # type: ignore[type-var]
 
+    async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for job in self._jobs.values():
+            if job.state is JobState.SCHEDULED and job.next_run_at is not None:
+                second = to_us(job.next_run_at) // 1_000_000
+                if first_s <= second <= last_s:
+                    counts[second] = counts.get(second, 0) + 1
+        return counts
+
     def _due_from(
         self, not_before: datetime | None, partitions: Collection[int] | None
     ) -> list[Job]:
@@ -264,7 +273,8 @@ class MemoryStore:
         # attempt 0: a hand-off counts from its first lease
         claimed, refused = self._claim_runs(plans, owner, now, takeover_grace_ms, attempt=0)
         for run, _job in claimed:
-            self._leases[run.id] = (None, run.scheduled_for)  # free from its instant on
+            # free from its instant on (from its planned instant, if jittered or windowed)
+            self._leases[run.id] = (None, run.planned_for or run.scheduled_for)
             envelopes.append(
                 Envelope(
                     run_id=run.id,
@@ -337,7 +347,7 @@ class MemoryStore:
                 now,
             )
             if run is not None:
-                run = replace(run, claim_epoch=lease.epoch)
+                run = replace(run, claim_epoch=lease.epoch, planned_for=plan.planned_for)
                 self._runs[run.id] = run
                 if plan.overlap is not OverlapPolicy.ALLOW:
                     self._guarded.add(run.id)
@@ -1083,7 +1093,7 @@ class MemoryStore:
         if started is None and owner is not None:
             # Leased at its claim, which inserted it at that instant; claimed ahead of its
             # instant, its attempt starts at that instant.
-            started = max(run.created_at, run.scheduled_for)
+            started = max(run.created_at, run.planned_for or run.scheduled_for)
         return replace(run, lease_owner=owner, lease_until=until, started_at=started)
 
     def _fire(self, run: Run, job: Job, lease_until: datetime) -> Fire:
@@ -1101,6 +1111,7 @@ class MemoryStore:
             tenant_secrets=() if tenant is None else tenant.webhook_secrets,
             on_failure=job.on_failure,
             tenant=job.tenant,
+            planned_for=run.planned_for,
         )
 
     def _insert_run(
@@ -1146,7 +1157,9 @@ def _never_leased(run: Run, lease_until: datetime) -> bool:
     """A hand-off no worker has leased yet (lease_runs' `hand_offs_by` applies to it); a run
     that buffer_one held back and released was never published, and its lease end says so."""
     return (
-        run.attempt == 0 and run.origin is RunOrigin.SCHEDULE and lease_until == run.scheduled_for
+        run.attempt == 0
+        and run.origin is RunOrigin.SCHEDULE
+        and lease_until == (run.planned_for or run.scheduled_for)
     )
 
 

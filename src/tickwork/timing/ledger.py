@@ -41,6 +41,7 @@ from tickwork.domain.jobs import (
 from tickwork.domain.occurrences import LedgerRange, LedgerReason
 from tickwork.domain.runs import Run, RunOrigin, RunStatus
 from tickwork.timing.durations import format_duration_ms
+from tickwork.timing.shift import nominal_of
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
 _ONE_US = timedelta(microseconds=1)
@@ -186,7 +187,7 @@ def _unrecorded(
 ) -> list[Entry]:
     """The occurrences in [start, end] that neither a run nor a range holds; none before the
     job was created (a cron job created at 10:00:30 starts with 10:01)."""
-    pending_from = job.next_run_at if job.state is not JobState.COMPLETED else None
+    pending_from = _nominal_next(job) if job.state is not JobState.COMPLETED else None
     found: list[Entry] = []
     instant = next_occurrence(job.schedule, _implied_after(job, start))
     while instant is not None and instant <= end and len(found) < limit:
@@ -272,11 +273,17 @@ def _after_completion(job: Job, instant: datetime) -> bool:
     return job.last_fired_at is None or instant > job.last_fired_at
 
 
+def _nominal_next(job: Job) -> datetime | None:
+    """The nominal instant of the job's next occurrence (its next_run_at is the planned one,
+    moved by a jitter or window: ADR 0022)."""
+    return None if job.next_run_at is None else nominal_of(job.schedule, job.next_run_at)
+
+
 def paused_range(job: Job, resumed: Job, now: datetime) -> LedgerRange | None:
     """What resuming `job` (paused) as `resumed` passed over: the occurrences from the one it
     was due to fire next up to, not including, the resumed job's next (up to `now` if it
     completed), as one `paused` range; None when the schedule implied none."""
-    first = job.next_run_at
+    first = _nominal_next(job)
     if job.state is not JobState.PAUSED or first is None:
         return None
     until = now if resumed.next_run_at is None else resumed.next_run_at.astimezone(UTC) - _ONE_US

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from tickwork.clock import from_us, to_us
 from tickwork.domain.jobs import (
     MAX_CATCHUP_WINDOW_MS,
+    MAX_SHIFT_MS,
     MIN_CATCHUP_WINDOW_MS,
     AtTrigger,
     CronTrigger,
@@ -60,7 +61,42 @@ def validate_schedule(schedule: Schedule) -> None:
             "schedule.misfire_grace_ms", "misfire grace must be 0 ms or more", code="invalid"
         )
     _check_catchup_window(schedule.catchup_window_ms)
+    _check_shift(schedule)
     _check_can_fire(schedule)
+
+
+_SHIFT_FIX = (
+    "give an ISO-8601 duration up to P1D, e.g. 'PT30S' or 'PT5M', or null (or 'PT0S') for none"
+)
+
+
+def parse_shift_ms(value: str | int | float, field: str) -> int:
+    """`schedule.jitter` or `schedule.window` (ISO-8601 or seconds) in milliseconds, 0 .. P1D."""
+    if value in (0, "PT0S", "P0D", "0"):
+        return 0
+    try:
+        shift_ms = parse_duration_ms(value, field=field)
+    except InvalidInput:
+        raise InvalidInput(field, _SHIFT_FIX, code="invalid_shift") from None
+    if shift_ms > MAX_SHIFT_MS:
+        raise InvalidInput(field, _SHIFT_FIX, code="invalid_shift")
+    return shift_ms
+
+
+def _check_shift(schedule: Schedule) -> None:
+    for field, shift_ms in (
+        ("schedule.jitter", schedule.jitter_ms),
+        ("schedule.window", schedule.window_ms),
+    ):
+        if not 0 <= shift_ms <= MAX_SHIFT_MS:
+            raise InvalidInput(field, _SHIFT_FIX, code="invalid_shift")
+    if schedule.jitter_ms and schedule.window_ms:
+        raise InvalidInput(
+            "schedule.window",
+            "give jitter or window, not both: jitter delays each fire blindly, a window places"
+            " it in the least loaded second; remove one",
+            code="jitter_and_window",
+        )
 
 
 _CATCHUP_WINDOW = "schedule.catchup_window"

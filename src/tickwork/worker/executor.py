@@ -219,10 +219,11 @@ class Executor:
                 continue
             self._leased[fire.run_id] = (fire.fence_token, fire.lease_until)
             started += 1
-            if fire.scheduled_for <= now:
+            # A jittered or windowed fire starts at its planned instant (ADR 0022).
+            if fire.starts_at <= now:
                 self._park(fire)
             else:
-                heapq.heappush(self._waiting, (fire.scheduled_for, next(self._order), fire))
+                heapq.heappush(self._waiting, (fire.starts_at, next(self._order), fire))
         self._idle.clear()
         self._start_runners()
         self._arm_timer()
@@ -231,7 +232,7 @@ class Executor:
     def _park(self, fire: Fire) -> None:
         """A due fire waits here for a slot of its pool within its caps."""
         self._admission.park(
-            fire, _lane(fire, fire.tenant), instant=fire.scheduled_for, retry=fire.attempt > 1
+            fire, _lane(fire, fire.tenant), instant=fire.starts_at, retry=fire.attempt > 1
         )
         # A fire held back by a cap counts against its own bound, not the backlog: a consumer
         # waiting for room may have some now (wait_for_room checks).
@@ -302,7 +303,8 @@ class Executor:
             self._stopped.discard(lease)
             return
         started = self._clock.now()
-        metrics.FIRE_LATENESS.observe(max((started - fire.scheduled_for).total_seconds(), 0))
+        # Measured from the planned instant: a jittered fire is not late by its delay.
+        metrics.FIRE_LATENESS.observe(max((started - fire.starts_at).total_seconds(), 0))
         task = asyncio.current_task()
         assert task is not None
         self._running[fire.run_id] = (fire.fence_token, task)

@@ -341,6 +341,15 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         found = await self._scan(_next_due(parts), values, "looking for the next due job")
         return rows.dt_or_none(found[0]["next_us"])
 
+    async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:
+        values = {
+            "parts": list(range(self._partitions)),
+            "lo": first_s * 1_000_000,
+            "hi": (last_s + 1) * 1_000_000,
+        }
+        found = await self._scan(self._sql.planned_counts, values, "counting planned fires")
+        return {r["second"]: r["fires"] for r in found}
+
     def _parts(self, partitions: Collection[int] | None) -> tuple[int, ...]:
         if partitions is None:
             return tuple(range(self._partitions))

@@ -8,18 +8,19 @@
 id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us,
 start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, last_fired_us,
 created_us, updated_us, retry_policy, webhook_secrets, on_failure, partition, overlap, max_runs,
-dst_gap, dst_repeat, fired_count, pause_note, paused_us, catchup_window_ms
+dst_gap, dst_repeat, fired_count, pause_note, paused_us, catchup_window_ms, jitter_ms, window_ms
 
 -- fragment: schedule_columns
 -- The columns of tw_jobs that make up a Schedule (rows.schedule_from_row).
 schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us, start_us, end_us, misfire,
-misfire_grace_ms, overlap, max_runs, dst_gap, dst_repeat, catchup_window_ms
+misfire_grace_ms, overlap, max_runs, dst_gap, dst_repeat, catchup_window_ms, jitter_ms,
+window_ms
 
 -- fragment: run_columns
 -- Every column of tw_runs that rows.run_from_row reads.
 id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, created_us,
 started_us, finished_us, http_status, error, dead_lettered_us, last_error, claim_epoch,
-lease_owner, lease_until_us
+lease_owner, lease_until_us, planned_us
 
 -- fragment: attempt_columns
 -- Every column of tw_attempts (rows.attempt_from_row).
@@ -42,7 +43,7 @@ id, job_id, key, scheduled_us, fence_token, attempt,
     (SELECT on_failure FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS on_failure,
     (SELECT t.webhook_secrets FROM tw_tenants t JOIN tw_jobs j ON t.tenant = j.tenant
      WHERE j.id = tw_runs.job_id) AS tenant_secrets,
-    (SELECT tenant FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS tenant
+    (SELECT tenant FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS tenant, planned_us
 
 -- name: ping
 -- The cheapest round trip that proves the database answers (health checks).
@@ -55,7 +56,7 @@ VALUES (:id, :tenant, :name, :state, :schedule_kind, :cron_expr, :timezone, :eve
         :anchor_us, :at_us, :start_us, :end_us, :misfire, :misfire_grace_ms, :target,
         :next_run_us, :fence_token, :last_fired_us, :created_us, :updated_us, :retry_policy,
         :webhook_secrets, :on_failure, :partition, :overlap, :max_runs, :dst_gap, :dst_repeat,
-        :fired_count, :pause_note, :paused_us, :catchup_window_ms)
+        :fired_count, :pause_note, :paused_us, :catchup_window_ms, :jitter_ms, :window_ms)
 
 -- name: get_job
 -- One job by id.
@@ -70,7 +71,8 @@ UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
     target = :target, next_run_us = :next_run_us, updated_us = :updated_us,
     retry_policy = :retry_policy, webhook_secrets = :webhook_secrets, on_failure = :on_failure,
     overlap = :overlap, max_runs = :max_runs, dst_gap = :dst_gap, dst_repeat = :dst_repeat,
-    catchup_window_ms = :catchup_window_ms, pause_note = :pause_note, paused_us = :paused_us
+    catchup_window_ms = :catchup_window_ms, jitter_ms = :jitter_ms, window_ms = :window_ms,
+    pause_note = :pause_note, paused_us = :paused_us
 WHERE id = :id AND fence_token = :fence_token
 RETURNING {job_columns}
 

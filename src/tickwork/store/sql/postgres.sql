@@ -26,6 +26,14 @@ ORDER BY next_run_us LIMIT :limit
 -- all, whatever the table holds), from the scan floor :not_before (ADR 0008).
 SELECT * FROM ({branches}) due ORDER BY next_run_us LIMIT :limit
 
+-- name: planned_counts
+-- Scheduled jobs planned to fire per epoch second of [:lo, :hi) (ADR 0022: the load a flexible
+-- window is placed against). Every partition (:parts), each one range of tw_jobs_due.
+SELECT next_run_us / 1000000 AS second, count(*) AS fires FROM tw_jobs
+WHERE partition = ANY(:parts::int[]) AND state = 'scheduled'
+  AND next_run_us >= :lo AND next_run_us < :hi
+GROUP BY 1
+
 -- name: next_due_of_partition
 -- One branch of next_due_in_partitions: partition {partition}'s earliest scheduled job.
 SELECT next_run_us FROM tw_jobs
@@ -192,7 +200,10 @@ claimed AS (
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch,
               l.missed_first_us, l.missed_last_us, l.missed_count, l.catchup_first_us,
               l.catchup_last_us, l.catchup_total, l.verdict, l.blocker,
-              CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded
+              CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded,
+              -- A jittered or windowed occurrence (ADR 0022) was planned after its nominal
+              -- instant: the job's next_run_us it was due at. NULL: fire at the instant.
+              CASE WHEN l.expected_us > l.fired_us THEN l.expected_us END AS planned_us
 )
 
 -- fragment: claim_overlap_effects
@@ -282,12 +293,12 @@ catchups AS (
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
-                         guarded)
+                         guarded, planned_us)
     SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, :owner,
-           :lease_until, :now, lease_epoch, guarded
+           :lease_until, :now, lease_epoch, guarded, planned_us
     FROM claimed WHERE fired_us IS NOT NULL AND verdict IN ('fire', 'cancel')
     ON CONFLICT (key) DO NOTHING
-    RETURNING id, job_id, key, scheduled_us, fence_token, attempt
+    RETURNING id, job_id, key, scheduled_us, fence_token, attempt, planned_us
 )
 
 -- fragment: claim_fires
@@ -297,11 +308,12 @@ inserted AS (
 -- batch comparisons (200 ms of 250 ms per 1,000-row claim).
 SELECT i.id, i.job_id, i.key, i.scheduled_us, i.fence_token, i.attempt, j.target, j.retry_policy,
        j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, j.tenant,
-       0::bigint AS refused
+       i.planned_us, 0::bigint AS refused
 FROM inserted i JOIN tw_jobs j ON j.id = i.job_id LEFT JOIN tw_tenants t ON t.tenant = j.tenant
 -- One more row, with only `refused`, when the store refused plans for their epoch.
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, n
+FROM refused
 WHERE n > 0
 
 -- name: claim
@@ -314,9 +326,9 @@ WHERE n > 0
 held AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
-                         guarded)
+                         guarded, planned_us)
     SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL, :held,
-           :now, lease_epoch, 1
+           :now, lease_epoch, 1, planned_us
     FROM claimed WHERE fired_us IS NOT NULL AND verdict = 'hold'
     ON CONFLICT (key) DO NOTHING
 )
@@ -334,9 +346,10 @@ held AS (
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
-                         guarded)
+                         guarded, planned_us)
     SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL,
-           CASE WHEN verdict = 'hold' THEN :held ELSE fired_us END, :now, lease_epoch, guarded
+           CASE WHEN verdict = 'hold' THEN :held ELSE coalesce(planned_us, fired_us) END,
+           :now, lease_epoch, guarded, planned_us
     FROM claimed WHERE fired_us IS NOT NULL AND verdict <> 'skip'
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt, lease_until_us
@@ -371,7 +384,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused WHERE n > 0
 -- key: every claim leaves a dead version of the job row until vacuum, and each lookup walked
 -- them; with five per run the lease cost ~100 us per fire at 3,000/s.
 r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.retry_policy,
-    j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, j.tenant
+    j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, j.tenant, r.planned_us
 
 -- fragment: lease_locked
 -- Both batch leases' end, after a CTE `locked` of the runs to lease as they were before it:
@@ -406,7 +419,7 @@ WITH locked AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-           OR lease_until_us <> scheduled_us)
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED
 ),
 {lease_locked}

@@ -82,6 +82,8 @@ def schedule_params(schedule: Schedule) -> dict[str, Any]:
         "dst_gap": None if schedule.dst_gap is DstGap.CRON else schedule.dst_gap.value,
         "dst_repeat": None if schedule.dst_repeat is DstRepeat.CRON else schedule.dst_repeat.value,
         "catchup_window_ms": schedule.catchup_window_ms,
+        "jitter_ms": schedule.jitter_ms,
+        "window_ms": schedule.window_ms,
     }
     if isinstance(trigger, CronTrigger):
         params.update(schedule_kind="cron", cron_expr=trigger.expr, timezone=trigger.timezone)
@@ -158,6 +160,8 @@ def schedule_from_row(row: Row) -> Schedule:
         row["dst_gap"],
         row["dst_repeat"],
         row["catchup_window_ms"],
+        row["jitter_ms"],
+        row["window_ms"],
     )
 
 
@@ -178,6 +182,8 @@ def _schedule_from_columns(
     dst_gap: str | None,
     dst_repeat: str | None,
     catchup_window_ms: int,
+    jitter_ms: int,
+    window_ms: int,
 ) -> Schedule:
     trigger: CronTrigger | EveryTrigger | AtTrigger
     if kind == "cron":
@@ -202,6 +208,8 @@ def _schedule_from_columns(
         dst_gap=DstGap(dst_gap or DstGap.CRON),
         dst_repeat=DstRepeat(dst_repeat or DstRepeat.CRON),
         catchup_window_ms=catchup_window_ms,
+        jitter_ms=jitter_ms,
+        window_ms=window_ms,
     )
 
 
@@ -391,7 +399,7 @@ def run_from_row(row: Row) -> Run:
         # Leased at its claim (an in-process fire), which sets no started_us: the claim
         # inserted the run at the lease's instant, and its attempt starts then, or at the
         # run's own instant if it was claimed ahead of it.
-        started_us = max(row["created_us"], row["scheduled_us"])
+        started_us = max(row["created_us"], row["planned_us"] or row["scheduled_us"])
     return Run(
         id=row["id"],
         job_id=row["job_id"],
@@ -412,6 +420,7 @@ def run_from_row(row: Row) -> Run:
         claim_epoch=row["claim_epoch"],
         lease_owner=row["lease_owner"],
         lease_until=dt_or_none(row["lease_until_us"]),
+        planned_for=dt_or_none(row["planned_us"]),
     )
 
 
@@ -479,6 +488,7 @@ def fire_from_row(row: Row, lease_until: datetime, sealed: SealedColumns) -> Fir
         on_failure=on_failure,
         tenant=row["tenant"],
         unreadable=unreadable,
+        planned_for=dt_or_none(row["planned_us"]),
     )
 
 

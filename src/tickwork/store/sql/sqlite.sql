@@ -21,6 +21,13 @@ WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_befo
   AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
 ORDER BY next_run_us LIMIT :limit
 
+-- name: planned_counts
+-- Scheduled jobs planned to fire per epoch second of [:lo, :hi) (ADR 0022: the load a flexible
+-- window is placed against), one range of tw_jobs_due.
+SELECT next_run_us / 1000000 AS second, count(*) AS fires FROM tw_jobs
+WHERE state = 'scheduled' AND next_run_us >= :lo AND next_run_us < :hi
+GROUP BY 1
+
 -- name: next_due
 -- The earliest next_run_us of any scheduled job (of :partitions) at or after the scan floor.
 SELECT min(next_run_us) AS next_us FROM tw_jobs
@@ -81,9 +88,9 @@ WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us 
 -- The run of an in-process claim: leased to the claimer at attempt 1 (nothing if the
 -- occurrence already has a run: it never fires twice).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch, guarded)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, planned_us)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
-        :owner, :lease_until, :now, :lease_epoch, :guarded)
+        :owner, :lease_until, :now, :lease_epoch, :guarded, :planned_us)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -107,12 +114,13 @@ SELECT id, tenant, 'catchup', :from_us, :last_us + 1, NULL, :total, 0, 'running'
 FROM tw_jobs WHERE id = :job_id
 
 -- name: insert_handed_off_run
--- The run of a hand-off claim: unowned at attempt 0, leasable from its own instant (the
--- worker's lease makes it attempt 1).
+-- The run of a hand-off claim: unowned at attempt 0, leasable from its own instant, or from
+-- the instant its jitter or window planned it at (:planned_us; the worker's lease makes it
+-- attempt 1).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch, guarded)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, planned_us)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
-        NULL, :fired_us, :now, :lease_epoch, :guarded)
+        NULL, coalesce(:planned_us, :fired_us), :now, :lease_epoch, :guarded, :planned_us)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -129,9 +137,9 @@ WHERE job_id = :job_id AND status = 'pending' AND guarded = 1
 -- overlap buffer_one: the occurrence's run, held back (lease end :held, never leasable) until
 -- the run still going ends; unowned at attempt 0, like a hand-off.
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch, guarded)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, planned_us)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
-        NULL, :held, :now, :lease_epoch, 1)
+        NULL, :held, :now, :lease_epoch, 1, :planned_us)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -178,7 +186,7 @@ WHERE key = :key AND status = 'pending' AND lease_until_us = :held
 SELECT id, fence_token, lease_owner FROM tw_runs
 WHERE status = 'pending' AND lease_until_us <= :now
   AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-       OR lease_until_us <> scheduled_us)
+       OR lease_until_us <> coalesce(planned_us, scheduled_us))
 ORDER BY lease_until_us LIMIT :limit
 
 -- name: lease_runs

@@ -227,6 +227,10 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         found = await self._query(SQL.next_due, params)
         return rows.dt_or_none(found[0]["next_us"])
 
+    async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:
+        params = {"lo": first_s * 1_000_000, "hi": (last_s + 1) * 1_000_000}
+        return {r["second"]: r["fires"] for r in await self._query(SQL.planned_counts, params)}
+
     async def partition_heads(
         self, now: datetime, partitions: Collection[int] | None = None
     ) -> dict[int, DueHead]:
@@ -827,6 +831,7 @@ def _claim(
             job_id=plan.job_id,
             key=key,
             scheduled_for=scheduled_for,
+            planned_for=plan.planned_for,
             fence_token=claimed["fence_token"],
             attempt=1,
             target=target,
@@ -872,6 +877,7 @@ def _plan_params(plan: ClaimPlan) -> dict[str, Any]:
         "new_next_us": to_us(plan.expected_next_run_at if completed else plan.new_next_run_at),  # type: ignore[arg-type]
         "new_state": (JobState.COMPLETED if completed else JobState.SCHEDULED).value,
         "fired_us": rows.us_or_none(plan.scheduled_for),
+        "planned_us": rows.us_or_none(plan.planned_for),
         "epoch": plan.epoch,
         # The runs of a job with an overlap policy enter tw_runs_active (migration 0010).
         "guarded": int(plan.overlap is not OverlapPolicy.ALLOW),

@@ -61,6 +61,7 @@ class TaskRunner:
             fence_token=fire.fence_token,
             args=_own_copy(target.args),
             heartbeat=lambda: self._heartbeat(fire),
+            planned_for=fire.planned_for,
         )
         return await _call(fn, ctx, target.timeout_s, self._deadlines)
 

@@ -40,7 +40,7 @@ USER_AGENT = "tickwork/0.1"
 
 
 def fire_headers(fire: Fire) -> dict[str, str]:
-    return {
+    headers = {
         "user-agent": USER_AGENT,
         "idempotency-key": fire.key,
         "webhook-id": fenced_id(fire.key, fire.fence_token),
@@ -49,6 +49,10 @@ def fire_headers(fire: Fire) -> dict[str, str]:
         "tickwork-attempt": str(fire.attempt),
         "tickwork-fence": str(fire.fence_token),
     }
+    if fire.planned_for is not None:
+        # Only for a jittered or windowed occurrence: the instant it was planned at.
+        headers["tickwork-planned-for"] = utc_iso(fire.planned_for)
+    return headers
 
 
 class WebhookRunner:
