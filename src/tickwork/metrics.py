@@ -27,7 +27,8 @@ MISSED = Counter(
 )
 FIRE_LATENESS = Histogram(
     "tickwork_fire_lateness_seconds",
-    "Execution start minus the occurrence's planned instant (its scheduled one, unless a jitter or window moved it)",
+    "Execution start minus the occurrence's planned instant (its scheduled one unless a jitter"
+    " or window moved it)",
     buckets=_LATENCY_BUCKETS_S,
 )
 DUE_SCAN_SECONDS = Histogram(

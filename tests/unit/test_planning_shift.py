@@ -5,14 +5,16 @@ the batch's load. Plus the range arithmetic of the scheduler's window load."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tickwork.domain.jobs import CronTrigger, MisfirePolicy, Schedule
 from tickwork.scheduler.planning import place_windows, plan_claim, window_ranges
-from tickwork.scheduler.window_load import merge_ranges, subtract_ranges
+from tickwork.scheduler.window_load import WindowLoad, merge_ranges, subtract_ranges
 from tickwork.store.base import DueJob
+from tickwork.store.memory import MemoryStore
 from tickwork.timing.jitter import planned_instant
 from tickwork.timing.window import LoadMap
 
@@ -125,3 +127,34 @@ def test_subtract_ranges(
     wanted: list[tuple[int, int]], have: list[tuple[int, int]], missing: list[tuple[int, int]]
 ) -> None:
     assert subtract_ranges(wanted, have) == missing
+
+
+class CountingStore(MemoryStore):
+    """The memory store, counting its planned_counts reads."""
+
+    reads = 0
+
+    async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:
+        self.reads += 1
+        return await super().planned_counts(first_s, last_s)
+
+
+async def test_window_load_reads_a_range_once_then_counts_in_memory_until_its_refresh() -> None:
+    store = CountingStore()
+    await store.open()
+    mono = [0.0]
+    windows = WindowLoad(store, refresh_s=1.0, monotonic=lambda: mono[0])
+    due = [
+        DueJob(job_id=f"job-{n}", fence_token=1, next_run_at=T0, schedule=WINDOWED)
+        for n in range(33)
+    ]
+    placed = []
+    for batch in (due[:11], due[11:22], due[22:]):  # three ticks of one herd
+        plans = await windows.place([plan_claim(j, T0) for j in batch], batch, T0)
+        placed += [p.new_next_run_at for p in plans]
+    assert store.reads == 1
+    seconds = Counter(int(p.timestamp()) for p in placed if p is not None)
+    assert sorted(seconds.values()) == [3] * 11  # flat across the batches
+    mono[0] = 1.5  # past the refresh: the counts are read again
+    await windows.place([plan_claim(due[0], T0)], due[:1], T0)
+    assert store.reads == 2

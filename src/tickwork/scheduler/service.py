@@ -109,7 +109,8 @@ class SchedulerService:
             verdict_ttl_s=keeper.lease_ttl_s if keeper is not None else 0.0,
         )
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic s, fires) of each claim
-        self._windows = WindowLoad(store)  # where windowed occurrences are placed (ADR 0022)
+        # Where windowed occurrences are placed (ADR 0022).
+        self._windows = WindowLoad(store, monotonic=clock.monotonic_s)
 
     @property
     def keeper(self) -> PartitionKeeper | None:

@@ -8,9 +8,10 @@ occurrences, and every other next fire of its claims that lands in a range it ha
 herd of windowed jobs claimed in many batches therefore costs one read per window range, not
 one per batch, and each batch sees the ones placed before it.
 
-What other schedulers place after the read is not seen: each one flattens its own share of
-the partitions (ADR 0022's consequence), and the sum is flat to within the number of
-schedulers per second. Ranges wholly in the past are forgotten.
+What other schedulers (or API processes) place after the read is seen only when the counts are
+read afresh, every `refresh_s` (10 s for a scheduler, 1 s for the job service): in between,
+each process flattens its own share, and the sum is flat to within the number of processes
+per second (ADR 0022's consequence). Dropping everything at each refresh also bounds memory.
 
 Plain batches pay nothing: with no windowed job in the batch and no range read, `place`
 returns the plans untouched.
@@ -18,7 +19,9 @@ returns the plans untouched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from tickwork.clock import to_us
@@ -32,10 +35,23 @@ Range = tuple[int, int]  # epoch seconds, both ends included
 
 
 class WindowLoad:
-    def __init__(self, store: ScheduleStore) -> None:
+    """Planned fires per second, for placing windows: read from the store per range of seconds,
+    then kept up to date in memory with what this process plans, and read afresh every
+    `refresh_s` (what other processes planned meanwhile is seen then)."""
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        *,
+        refresh_s: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
+        self._refresh_s = refresh_s
+        self._monotonic = monotonic
         self._load = LoadMap()
         self._read: list[Range] = []  # merged, sorted: the ranges whose counts `_load` holds
+        self._since = monotonic()  # when the counts were first read: they are dropped after
 
     async def place(
         self, plans: Sequence[ClaimPlan], due: Sequence[DueJob], now: datetime
@@ -45,34 +61,34 @@ class WindowLoad:
         wanted = window_ranges(plans, due)
         if not wanted and not self._read:
             return list(plans)
-        self._forget_before(to_us(now) // 1_000_000)
-        for first, last in subtract_ranges(merge_ranges(wanted), self._read):
-            for second, fires in (await self._store.planned_counts(first, last)).items():
-                self._load.add_to_second(second, fires)
-            self._read = merge_ranges([*self._read, (first, last)])
-        placed = place_windows(plans, due, self._load) if wanted else list(plans)
+        load = await self.load_for(wanted)
+        placed = place_windows(plans, due, load) if wanted else list(plans)
         for plan, job in zip(placed, due, strict=True):
             # Placed ones were counted by their placement; count the rest that land here.
             if not job.schedule.window_ms and plan.new_next_run_at is not None:
-                second = to_us(plan.new_next_run_at) // 1_000_000
-                if _inside(second, self._read):
-                    self._load.add_to_second(second)
+                self.note(plan.new_next_run_at)
         return placed
 
-    def _forget_before(self, second: int) -> None:
-        """Drop the ranges wholly before `second`, and their counts."""
-        kept = [r for r in self._read if r[1] >= second]
-        if len(kept) == len(self._read):
-            return
-        load = LoadMap()
-        for counted in self._load:
-            if _inside(counted, kept):
-                load.add_to_second(counted, self._load[counted])
-        self._load, self._read = load, kept
+    async def load_for(self, ranges: Sequence[Range]) -> LoadMap:
+        """The counts, with every second of `ranges` read: a map to place against (a
+        placement made with it counts itself, see `timing.shift.planned_of`)."""
+        if self._monotonic() - self._since > self._refresh_s:
+            self._load, self._read, self._since = LoadMap(), [], self._monotonic()
+        for first, last in subtract_ranges(merge_ranges(ranges), self._read):
+            for second, fires in (await self._store.planned_counts(first, last)).items():
+                self._load.add_to_second(second, fires)
+            self._read = merge_ranges([*self._read, (first, last)])
+        return self._load
+
+    def note(self, instant: datetime) -> None:
+        """Count a fire planned at `instant` by other means (not placed against this map)."""
+        second = to_us(instant) // 1_000_000
+        at = bisect.bisect_right(self._read, (second, _FAR)) - 1
+        if at >= 0 and self._read[at][0] <= second <= self._read[at][1]:
+            self._load.add_to_second(second)
 
 
-def _inside(second: int, ranges: Sequence[Range]) -> bool:
-    return any(first <= second <= last for first, last in ranges)
+_FAR = 2**62
 
 
 def merge_ranges(ranges: Sequence[Range]) -> list[Range]:

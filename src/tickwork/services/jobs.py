@@ -31,6 +31,7 @@ from tickwork.domain.runs import AttemptRecord, Run, unrecorded_lost_attempt
 from tickwork.domain.tenant_limits import check_job_quota
 from tickwork.domain.tenants import Tenant
 from tickwork.errors import Conflict, InvalidInput, StaleJob
+from tickwork.scheduler.window_load import WindowLoad
 from tickwork.services.rules import (
     anchored,
     check_alert,
@@ -118,6 +119,10 @@ class JobService:
     def __init__(self, store: ScheduleStore, clock: Clock) -> None:
         self._store = store
         self._clock = clock
+        # Windowed first occurrences are placed against the due index's counts, read once a
+        # second per range and counted here in between: a herd of creates costs one read per
+        # second, not one (growing) count per create (ADR 0022).
+        self._windows = WindowLoad(store, refresh_s=1.0, monotonic=clock.monotonic_s)
 
     async def create(self, spec: JobSpec) -> Job:
         now = self._clock.now()
@@ -173,7 +178,7 @@ class JobService:
         ):
             return edited
         span = window_seconds(edited.schedule, nominal)
-        load = None if span is None else await self._store.planned_counts(*span)
+        load = None if span is None else await self._windows.load_for([span])
         planned = planned_of(edited.id, edited.schedule, nominal, load=load)
         return replace(edited, next_run_at=planned)
 
