@@ -147,3 +147,19 @@ async def test_the_load_forecast_counts_jittered_fires_where_they_will_land(api:
     assert found["peak"] < 20
     assert len(found["buckets"]) >= 8
     assert all(parse_iso(b["start"]) < start + timedelta(minutes=11) for b in found["buckets"])
+
+
+async def test_priority_is_a_job_field_from_1_to_9_default_5(api: Api) -> None:
+    job = await create(api, schedule={"every": "PT1M"})
+    assert job["priority"] == 5
+    urgent = await create(api, schedule={"every": "PT1M"}, priority=9)
+    assert urgent["priority"] == 9
+    lowered = await patch(api, urgent["id"], {"priority": 2})
+    assert lowered["priority"] == 2
+    kept = await patch(api, urgent["id"], {"name": "renamed"})
+    assert kept["priority"] == 2
+    for bad in (0, 10, "high", 5.5):
+        response = await api.client.post(
+            "/v1/jobs", json=job_body(schedule={"every": "PT1M"}, priority=bad)
+        )
+        assert error_of(response, 422)["field"] == "priority"

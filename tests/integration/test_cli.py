@@ -154,6 +154,9 @@ def test_create_with_a_jitter_or_a_window_and_get_shows_both_instants(cli: Any) 
     shown = cli("jobs", "get", job["id"]).out
     assert "jitter PT10M" in shown
     assert f"{job['next_run_at']} (occurrence 2026-01-15T13:00:00Z)" in shown
+    urgent = cli(*create_args("--every", "PT1H", "--priority", "9", "--json")).json()
+    assert urgent["priority"] == 9
+    assert "priority" in cli("jobs", "get", urgent["id"]).out
     windowed = cli(*create_args("--every", "PT1H", "--window", "300", "--json")).json()
     assert windowed["schedule"]["window"] == "PT5M"
     assert "window PT5M (least loaded second)" in cli("jobs", "get", windowed["id"]).out
@@ -573,6 +576,7 @@ def test_local_bad_input_exits_2_with_one_line(cli: Any, args: list[str], needle
             "schedule.catchup_window (--catchup-window)",
         ),
         (["--every", "30", "--jitter", "P2D"], "schedule.jitter (--jitter)"),
+        (["--every", "30", "--priority", "10"], "priority (--priority)"),
         (["--every", "30", "--jitter", "5", "--window", "5"], "schedule.window (--window)"),
     ],
 )

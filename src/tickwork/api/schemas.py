@@ -33,6 +33,9 @@ from tickwork.clock import utc_iso
 from tickwork.domain.jobs import (
     DEFAULT_CATCHUP_WINDOW_MS,
     DEFAULT_MISFIRE_GRACE_MS,
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
     AlertTarget,
     AtTrigger,
     CronTrigger,
@@ -665,6 +668,15 @@ MaxRuns = Annotated[
     BeforeValidator(_whole),
     Field(description="complete after this many scheduled fires"),
 ]
+Priority = Annotated[
+    int,
+    Field(strict=True, ge=MIN_PRIORITY, le=MAX_PRIORITY),
+    BeforeValidator(_whole),
+    Field(
+        description="1..9, higher first when more is due than can be claimed at once (within"
+        " the tenant's share); on time it changes nothing"
+    ),
+]
 Overlap = Annotated[
     OverlapPolicy,
     Field(
@@ -685,6 +697,7 @@ class JobCreate(_Input):
     max_runs: MaxRuns | None = Field(
         None, description="complete after this many scheduled fires; default: no limit"
     )
+    priority: Priority = DEFAULT_PRIORITY
 
     def to_domain(self) -> JobSpec:
         schedule = replace(
@@ -699,6 +712,7 @@ class JobCreate(_Input):
             target=self.target.to_domain(),
             retry=self.retry.to_domain() if self.retry else None,
             on_failure=self.on_failure.to_domain() if self.on_failure else None,
+            priority=self.priority,
         )
 
 
@@ -717,6 +731,7 @@ class JobUpdate(_Input):
     max_runs: MaxRuns | None = Field(
         None, description="complete after this many scheduled fires; null: no limit"
     )
+    priority: Priority | None = None
 
     def to_domain(self) -> JobPatch:
         on_failure: AlertTarget | Literal[Keep.KEEP] | None = KEEP
@@ -730,6 +745,7 @@ class JobUpdate(_Input):
             retry=self.retry.to_domain() if self.retry else None,
             secrets=self.target.secrets_patch() if self.target else KEEP,
             on_failure=on_failure,
+            priority=self.priority,
         )
 
     def _schedule_change(self) -> ScheduleChange | None:
@@ -959,6 +975,7 @@ class JobOut(_Output):
     on_failure: AlertOut | None
     overlap: OverlapPolicy
     max_runs: int | None
+    priority: int
     fired_count: int = Field(description="scheduled fires so far (what max_runs counts)")
     pause_note: str | None
     paused_at: InstantOut | None
@@ -992,6 +1009,7 @@ class JobOut(_Output):
             on_failure=AlertOut.of(job.on_failure) if job.on_failure else None,
             overlap=job.schedule.overlap,
             max_runs=job.schedule.max_runs,
+            priority=job.priority,
             fired_count=job.fired_count,
             pause_note=job.pause_note,
             paused_at=_iso(job.paused_at),

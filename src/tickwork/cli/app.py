@@ -205,6 +205,7 @@ _FLAGS: Final = {
     "schedule.misfire": "--misfire",
     "schedule.catchup_window": "--catchup-window",
     "schedule.jitter": "--jitter",
+    "priority": "--priority",
     "schedule.window": "--window",
     "schedule.dst": "--dst-gap/--dst-repeat",
     "schedule.dst.gap": "--dst-gap",

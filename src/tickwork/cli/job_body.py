@@ -60,6 +60,7 @@ def job_body(o: Mapping[str, Any]) -> dict[str, Any]:
     if any(v is not None for v in retry.values()):
         job["retry"] = present(retry)
     job |= present({"overlap": o["overlap"], "max_runs": o["max_runs"]})
+    job |= present({"priority": o.get("priority")})
     return job | ({"tenant": o["tenant"]} if o["tenant"] else {})
 
 

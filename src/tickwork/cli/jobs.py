@@ -61,6 +61,12 @@ def jobs_create(
             " [default: P1D]"
         ),
     ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            help="1..9: higher is claimed first when the scheduler is behind [default: 5]"
+        ),
+    ] = None,
     jitter: Annotated[
         str | None,
         typer.Option(help="delay each fire by up to this, drawn per occurrence, e.g. PT30S"),
@@ -129,6 +135,7 @@ def jobs_create(
         "backoff": backoff, "max_backoff": max_backoff, "task": task, "args": args,
         "secret": secret, "on_failure": on_failure, "overlap": overlap, "max_runs": max_runs,
         "catchup_window": catchup_window, "jitter": jitter, "window": window,
+        "priority": priority,
     }  # fmt: skip
     payload = load_job_file(file, options) if file else job_body(options)
     job = api_client(api).call("POST", "/v1/jobs", json=payload)

@@ -150,6 +150,7 @@ def job_detail(job: Mapping[str, Any]) -> Table:
         "catch-up window": _catchup_text(schedule),
         "shift": _shift_text(schedule),
         "overlap": str(job.get("overlap", "allow")),
+        "priority": str(job.get("priority", 5)),
         "runs": _runs_text(job),
         **_target_rows(target),
         "signing": _signing_text(job["signing"]),

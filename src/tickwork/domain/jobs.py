@@ -16,6 +16,10 @@ DEFAULT_MISFIRE_GRACE_MS: Final = 1_000
 DEFAULT_CATCHUP_WINDOW_MS: Final = 86_400_000
 MIN_CATCHUP_WINDOW_MS: Final = 1_000  # PT1S
 MAX_CATCHUP_WINDOW_MS: Final = 366 * 86_400_000  # P366D
+# A job's priority: higher is claimed first when more is due than can be claimed at once.
+MIN_PRIORITY: Final = 1
+MAX_PRIORITY: Final = 9
+DEFAULT_PRIORITY: Final = 5
 # schedule.jitter and schedule.window: at most a day (ADR 0022).
 MAX_SHIFT_MS: Final = 86_400_000
 
@@ -177,3 +181,5 @@ class Job:
     fired_count: int = 0  # scheduled occurrences fired so far (what `max_runs` counts)
     pause_note: str | None = None  # why it was paused; kept while paused, cleared on resume
     paused_at: datetime | None = None  # when it was paused; None unless paused
+    # Under overload, within its tenant's share, higher priority is claimed first (1..9).
+    priority: int = DEFAULT_PRIORITY

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from tickwork import metrics
 from tickwork.clock import Clock
 from tickwork.domain.runs import Envelope, Fire
+from tickwork.scheduler.fair_scan import FairScan
 from tickwork.scheduler.partitions import PartitionKeeper
 from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
 from tickwork.scheduler.stall import StallWatch
@@ -111,6 +112,8 @@ class SchedulerService:
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic s, fires) of each claim
         # Where windowed occurrences are placed (ADR 0022).
         self._windows = WindowLoad(store, monotonic=clock.monotonic_s)
+        # How a tick that is behind shares its batch among tenants.
+        self._fair = FairScan(store, monotonic=clock.monotonic_s)
 
     @property
     def keeper(self) -> PartitionKeeper | None:
@@ -142,13 +145,8 @@ class SchedulerService:
         horizon = now + timedelta(milliseconds=cfg.lookahead_ms)
         held = None if self._keeper is None else self._keeper.held_now()
         started = time.perf_counter()
-        due = (
-            await self._store.due_jobs(
-                horizon, cfg.batch_size, not_before=not_before, partitions=held
-            )
-            if held is None or held
-            else []
-        )
+        fair = self._fair.behind
+        due = await self._scan(horizon, not_before, held, now) if held is None or held else []
         metrics.DUE_SCAN_SECONDS.observe(time.perf_counter() - started)
         if not due:
             return TickResult(due=0, scanned_to=horizon, settled_below=horizon)
@@ -158,9 +156,10 @@ class SchedulerService:
         self._recent.append((self._clock.monotonic_s(), len(fires) + len(handed_off)))
         planned = sum(p.scheduled_for is not None for p in plans)
         conflicts = planned - len(fires) - len(handed_off)
-        full = len(due) == cfg.batch_size
+        full = self._fair.behind if fair else len(due) == cfg.batch_size
         # A full scan reached only as far as its last job; more may be due at that instant.
-        reach = due[-1].next_run_at if full else horizon
+        # A shared one (behind) took jobs from each tenant's own order: it vouches for none.
+        reach = None if fair else due[-1].next_run_at if full else horizon
         result = TickResult(
             due=len(due),
             fires=fires,
@@ -169,10 +168,30 @@ class SchedulerService:
             refused=refused,
             full_batch=full,
             scanned_to=horizon,
-            settled_below=settled_bound(plans, reach, conflicts=conflicts),
+            settled_below=None
+            if reach is None
+            else settled_bound(plans, reach, conflicts=conflicts),
         )
         _record(due, plans, result)
         return result
+
+    async def _scan(
+        self,
+        horizon: datetime,
+        not_before: datetime | None,
+        held: Mapping[int, int] | None,
+        now: datetime,
+    ) -> list[DueJob]:
+        """The due jobs of this tick: in time order while the scheduler keeps up, else a batch
+        shared fairly among the tenants (scheduler/fair_scan.py)."""
+        batch = self._config.batch_size
+        if self._fair.behind:
+            return await self._fair.scan(horizon, batch, not_before=not_before, partitions=held)
+        due = await self._store.due_jobs(horizon, batch, not_before=not_before, partitions=held)
+        self._fair.notice(due, batch, now)
+        if self._fair.behind:  # more is due than a batch: share this one already
+            return await self._fair.scan(horizon, batch, not_before=not_before, partitions=held)
+        return due
 
     async def _claim(
         self, plans: Sequence[ClaimPlan], now: datetime

@@ -23,7 +23,17 @@ from enum import Enum
 from typing import Final, Literal
 
 from tickwork.clock import Clock
-from tickwork.domain.jobs import AlertTarget, Job, JobState, Schedule, Target, WebhookTarget
+from tickwork.domain.jobs import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    AlertTarget,
+    Job,
+    JobState,
+    Schedule,
+    Target,
+    WebhookTarget,
+)
 from tickwork.domain.masking import restore_headers, restore_url
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.retry import RetryPolicy
@@ -80,6 +90,7 @@ class JobSpec:
     tenant: str = "default"
     retry: RetryPolicy | None = None  # None: the default RetryPolicy()
     on_failure: AlertTarget | None = None
+    priority: int = DEFAULT_PRIORITY
 
 
 # What a partial schedule edit does to the job's schedule; it raises InvalidInput when it cannot
@@ -101,6 +112,7 @@ class JobPatch:
     retry: RetryPolicy | None = None
     secrets: tuple[str, ...] | Literal[Keep.KEEP] = field(default=KEEP, repr=False)
     on_failure: AlertTarget | Literal[Keep.KEEP] | None = KEEP
+    priority: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,6 +156,7 @@ class JobService:
             updated_at=now,
             retry=retry,
             on_failure=spec.on_failure,
+            priority=check_priority(spec.priority),
         )
         job = await self._planned(None, job)
         # The store checks the quota under a lock; a tenant without one pays nothing for it.
@@ -276,6 +289,17 @@ class JobService:
         )
 
 
+def check_priority(priority: int) -> int:
+    """The priority, if it is one (1..9); InvalidInput naming the field otherwise."""
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidInput(
+            "priority",
+            f"give a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} (higher first when"
+            f" more is due than can be claimed at once; default {DEFAULT_PRIORITY})",
+        )
+    return priority
+
+
 def _job_urls(target: Target, alert: AlertTarget | None) -> list[tuple[str, str]]:
     """The (field, URL) pairs of a job that its tenant's destination lists judge."""
     urls = [("target.url", target.url)] if isinstance(target, WebhookTarget) else []
@@ -312,6 +336,7 @@ def _patched(job: Job, patch: JobPatch, now: datetime) -> Job:
         retry=job.retry if patch.retry is None else patch.retry,
         on_failure=_patched_alert(job, patch),
         updated_at=now,
+        priority=job.priority if patch.priority is None else check_priority(patch.priority),
     )
     check_fields(name=edited.name, tenant=edited.tenant, target=edited.target, retry=edited.retry)
     check_alert(edited.on_failure)

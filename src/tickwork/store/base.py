@@ -43,7 +43,7 @@ from typing import Literal, Protocol, TypeVar
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.backfills import Backfill, BackfillSlice, RunningBackfill
 from tickwork.domain.egress import EgressRules
-from tickwork.domain.jobs import Job, JobState, OverlapPolicy, Schedule
+from tickwork.domain.jobs import DEFAULT_PRIORITY, Job, JobState, OverlapPolicy, Schedule
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.partitions import DueHead, Node, PartitionLease
@@ -53,6 +53,7 @@ from tickwork.domain.tenants import Tenant
 from tickwork.errors import NotFound, StaleTenant
 
 Topic = Literal["jobs", "runs", "cluster"]
+Level = tuple[str, int]  # (tenant, priority): a share of an overloaded tick is per level
 T = TypeVar("T")
 # How long past its instant a job may wait before any scheduler may claim it, whoever holds its
 # partition: a dead owner's work is taken over after this, not after its lease TTL (ADR 0015).
@@ -101,6 +102,8 @@ class DueJob:
     schedule: Schedule
     partition: int = 0
     fired_count: int = 0  # scheduled fires so far, for the schedule's max_runs
+    tenant: str = "default"  # whose share of an overloaded tick it takes (scheduler/fairness)
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -356,6 +359,38 @@ class ClaimStore(Protocol):
     ) -> datetime | None:
         """The earliest next_run_at of any scheduled job of the given partitions (None: all),
         of those at or after `not_before` (as in `due_jobs`); None when there is none."""
+        ...
+
+    async def due_counts(
+        self,
+        until: datetime,
+        tenants: Sequence[str],
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> dict[Level, int]:
+        """How many jobs of each of `tenants` are due (as `due_jobs` reads them), per
+        (tenant, priority) level, each counted no further than `cap`; levels with none are
+        left out. What a scheduler that is behind shares its batch by (scheduler/fairness.py):
+        one probe of the index tw_jobs_fair per tenant and priority level."""
+        ...
+
+    async def due_jobs_by_level(
+        self,
+        until: datetime,
+        wanted: Mapping[Level, int],
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> list[DueJob]:
+        """Up to `wanted[(tenant, priority)]` due jobs of each level, earliest first within
+        it (as `due_jobs` reads them, locking nothing)."""
+        ...
+
+    async def tenant_limits(self) -> dict[str, TenantLimits]:
+        """Every tenant's limits, by name; tenants without limits have empty ones. Reads no
+        secrets (a scheduler may lack the key to them)."""
         ...
 
     async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:

@@ -69,6 +69,7 @@ from tickwork.store.base import (
     HistoryMaintenance,
     JobQuery,
     LeaseView,
+    Level,
     NodeAnnouncement,
     ResealReport,
     StoreStats,
@@ -208,6 +209,8 @@ class MemoryStore:
                 schedule=j.schedule,
                 partition=self._partition(j.id),
                 fired_count=j.fired_count,
+                tenant=j.tenant,
+                priority=j.priority,
             )
             for j in due[:limit]
         ]
@@ -217,6 +220,44 @@ class MemoryStore:
     ) -> datetime | None:
         times = [j.next_run_at for j in self._due_from(not_before, partitions)]
         return min(times) if times else None  # type: ignore[type-var]
+
+    async def due_counts(
+        self,
+        until: datetime,
+        tenants: Sequence[str],
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> dict[Level, int]:
+        wanted = set(tenants)
+        counts: dict[Level, int] = {}
+        for job in self._due_from(not_before, partitions):
+            if job.tenant in wanted and job.next_run_at <= until:  # type: ignore[operator]
+                level = (job.tenant, job.priority)
+                counts[level] = min(cap, counts.get(level, 0) + 1)
+        return counts
+
+    async def due_jobs_by_level(
+        self,
+        until: datetime,
+        wanted: Mapping[Level, int],
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> list[DueJob]:
+        found: dict[Level, list[DueJob]] = {}
+        due = await self.due_jobs(
+            until, len(self._jobs), not_before=not_before, partitions=partitions
+        )
+        for job in due:
+            level = (job.tenant, job.priority)
+            if len(found.setdefault(level, [])) < wanted.get(level, 0):
+                found[level].append(job)
+        return [job for jobs in found.values() for job in jobs]
+
+    async def tenant_limits(self) -> dict[str, TenantLimits]:
+        return {name: tenant.limits for name, tenant in sorted(self._tenants.items())}
 
     async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:
         counts: dict[int, int] = {}

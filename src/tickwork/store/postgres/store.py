@@ -51,6 +51,7 @@ from tickwork.store.base import (
     Extended,
     HistoryMaintenance,
     LeaseView,
+    Level,
     NodeAnnouncement,
     ResealReport,
     Topic,
@@ -340,6 +341,55 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         values = {"not_before": floor_us(not_before)}
         found = await self._scan(_next_due(parts), values, "looking for the next due job")
         return rows.dt_or_none(found[0]["next_us"])
+
+    async def due_counts(
+        self,
+        until: datetime,
+        tenants: Sequence[str],
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> dict[Level, int]:
+        parts = self._parts(partitions)
+        if not parts or not tenants:
+            return {}
+        values = {
+            "tenants": list(tenants),
+            "cap": cap,
+            "until": to_us(until),
+            "not_before": floor_us(not_before),
+            "parts": list(parts),
+        }
+        found = await self._scan(self._sql.due_counts, values, "counting due jobs per tenant")
+        return {(r["tenant"], r["priority"]): r["due"] for r in found}
+
+    async def due_jobs_by_level(
+        self,
+        until: datetime,
+        wanted: Mapping[Level, int],
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> list[DueJob]:
+        parts = self._parts(partitions)
+        levels = [(level, limit) for level, limit in wanted.items() if limit > 0]
+        if not parts or not levels:
+            return []
+        values = {
+            "tenants": [tenant for (tenant, _), _ in levels],
+            "priorities": [priority for (_, priority), _ in levels],
+            "limits": [limit for _, limit in levels],
+            "until": to_us(until),
+            "not_before": floor_us(not_before),
+            "parts": list(parts),
+        }
+        found = await self._scan(self._sql.due_jobs_by_level, values, "scanning per tenant")
+        return [rows.due_from_row(r) for r in found]
+
+    async def tenant_limits(self) -> dict[str, TenantLimits]:
+        found = await self._query(self._sql.all_tenant_limits, {})
+        return {r["tenant"]: rows.limits_from_text(r["limits"]) for r in found}
 
     async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:
         values = {

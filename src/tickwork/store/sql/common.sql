@@ -8,7 +8,8 @@
 id, tenant, name, state, schedule_kind, cron_expr, timezone, every_ms, anchor_us, at_us,
 start_us, end_us, misfire, misfire_grace_ms, target, next_run_us, fence_token, last_fired_us,
 created_us, updated_us, retry_policy, webhook_secrets, on_failure, partition, overlap, max_runs,
-dst_gap, dst_repeat, fired_count, pause_note, paused_us, catchup_window_ms, jitter_ms, window_ms
+dst_gap, dst_repeat, fired_count, pause_note, paused_us, catchup_window_ms, jitter_ms, window_ms,
+priority
 
 -- fragment: schedule_columns
 -- The columns of tw_jobs that make up a Schedule (rows.schedule_from_row).
@@ -56,7 +57,8 @@ VALUES (:id, :tenant, :name, :state, :schedule_kind, :cron_expr, :timezone, :eve
         :anchor_us, :at_us, :start_us, :end_us, :misfire, :misfire_grace_ms, :target,
         :next_run_us, :fence_token, :last_fired_us, :created_us, :updated_us, :retry_policy,
         :webhook_secrets, :on_failure, :partition, :overlap, :max_runs, :dst_gap, :dst_repeat,
-        :fired_count, :pause_note, :paused_us, :catchup_window_ms, :jitter_ms, :window_ms)
+        :fired_count, :pause_note, :paused_us, :catchup_window_ms, :jitter_ms, :window_ms,
+        :priority)
 
 -- name: get_job
 -- One job by id.
@@ -72,7 +74,7 @@ UPDATE tw_jobs SET tenant = :tenant, name = :name, state = :state,
     retry_policy = :retry_policy, webhook_secrets = :webhook_secrets, on_failure = :on_failure,
     overlap = :overlap, max_runs = :max_runs, dst_gap = :dst_gap, dst_repeat = :dst_repeat,
     catchup_window_ms = :catchup_window_ms, jitter_ms = :jitter_ms, window_ms = :window_ms,
-    pause_note = :pause_note, paused_us = :paused_us
+    pause_note = :pause_note, paused_us = :paused_us, priority = :priority
 WHERE id = :id AND fence_token = :fence_token
 RETURNING {job_columns}
 

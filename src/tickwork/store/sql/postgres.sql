@@ -9,7 +9,7 @@ SELECT pg_notify(:channel, :topic)
 
 -- fragment: due_columns
 -- What the due-scan reads of a job (rows.due_from_row).
-id, partition, fence_token, next_run_us, fired_count, {schedule_columns}
+id, partition, fence_token, next_run_us, fired_count, tenant, priority, {schedule_columns}
 
 -- name: due_jobs_of_partition
 -- One branch of the due-scan: partition {partition}'s earliest due jobs, one range of the
@@ -25,6 +25,39 @@ ORDER BY next_run_us LIMIT :limit
 -- each, joined by UNION ALL), merged in time order (a Merge Append reads about :limit rows in
 -- all, whatever the table holds), from the scan floor :not_before (ADR 0008).
 SELECT * FROM ({branches}) due ORDER BY next_run_us LIMIT :limit
+
+-- name: due_counts
+-- A scheduler behind its work (scheduler/fairness.py): how many jobs of each tenant in
+-- :tenants are due, per priority level (1..9), each level counted no further than :cap. One
+-- probe of tw_jobs_fair (tenant, priority, next_run_us) per tenant and level: a level is one
+-- index range, so future jobs of a level are never walked.
+SELECT c.tenant, c.priority, c.due FROM (
+    SELECT t.tenant, l.priority, (
+        SELECT count(*) FROM (
+            SELECT 1 FROM tw_jobs j
+            WHERE j.tenant = t.tenant AND j.priority = l.priority AND j.state = 'scheduled'
+              AND j.next_run_us <= :until AND j.next_run_us >= :not_before
+              AND j.partition = ANY(:parts::int[])
+            LIMIT :cap) x) AS due
+    FROM unnest(:tenants::text[]) AS t(tenant) CROSS JOIN generate_series(1, 9) AS l(priority)
+) c WHERE c.due > 0
+
+-- name: due_jobs_by_level
+-- The due jobs of each (tenant, priority) level asked for, at most its limit each, earliest
+-- first within a level: one range of tw_jobs_fair per level.
+SELECT d.* FROM unnest(:tenants::text[], :priorities::int[], :limits::int[])
+    AS w(want_tenant, want_priority, want_limit)
+CROSS JOIN LATERAL (
+    SELECT {due_columns} FROM tw_jobs
+    WHERE tenant = w.want_tenant AND priority = w.want_priority AND state = 'scheduled'
+      AND next_run_us <= :until AND next_run_us >= :not_before
+      AND partition = ANY(:parts::int[])
+    ORDER BY next_run_us LIMIT w.want_limit
+) d
+
+-- name: all_tenant_limits
+-- Every tenant's limits (no secrets): what the schedulers share capacity and pace fires by.
+SELECT tenant, limits FROM tw_tenants ORDER BY tenant
 
 -- name: planned_counts
 -- Scheduled jobs planned to fire per epoch second of [:lo, :hi) (ADR 0022: the load a flexible

@@ -119,6 +119,7 @@ def job_params(job: Job, *, partitions: int, sealed: SealedColumns) -> dict[str,
         "fired_count": job.fired_count,
         "pause_note": job.pause_note,
         "paused_us": us_or_none(job.paused_at),
+        "priority": job.priority,
     }
 
 
@@ -231,6 +232,7 @@ def job_from_row(row: Row, sealed: SealedColumns) -> Job:
         fired_count=row["fired_count"],
         pause_note=row["pause_note"],
         paused_at=dt_or_none(row["paused_us"]),
+        priority=row["priority"],
     )
 
 
@@ -346,6 +348,8 @@ def due_from_row(row: Row) -> DueJob:
         schedule=schedule_from_row(row),
         partition=row["partition"],
         fired_count=row["fired_count"],
+        tenant=row["tenant"],
+        priority=row["priority"],
     )
 
 

@@ -16,10 +16,34 @@ CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)
 -- the partitions in :partitions (a JSON list; NULL: all of them). Served by the partial index
 -- tw_jobs_due (next_run_us), which holds only schedulable rows: one process holds every
 -- partition on SQLite, so the filter is only there to honour the contract.
-SELECT id, partition, fence_token, next_run_us, fired_count, {schedule_columns} FROM tw_jobs
+SELECT id, partition, fence_token, next_run_us, fired_count, tenant, priority, {schedule_columns}
+FROM tw_jobs
 WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_before
   AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
 ORDER BY next_run_us LIMIT :limit
+
+-- name: due_count_of_level
+-- A scheduler behind its work (scheduler/fairness.py): how many jobs of one (tenant, priority)
+-- level are due, counted no further than :cap; one range of tw_jobs_fair.
+SELECT count(*) AS due FROM (
+    SELECT 1 FROM tw_jobs
+    WHERE tenant = :tenant AND priority = :priority AND state = 'scheduled'
+      AND next_run_us <= :until AND next_run_us >= :not_before
+      AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
+    LIMIT :cap)
+
+-- name: due_jobs_of_level
+-- Up to :limit due jobs of one (tenant, priority) level, earliest first.
+SELECT id, partition, fence_token, next_run_us, fired_count, tenant, priority, {schedule_columns}
+FROM tw_jobs
+WHERE tenant = :tenant AND priority = :priority AND state = 'scheduled'
+  AND next_run_us <= :until AND next_run_us >= :not_before
+  AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
+ORDER BY next_run_us LIMIT :limit
+
+-- name: all_tenant_limits
+-- Every tenant's limits (no secrets): what the schedulers share capacity and pace fires by.
+SELECT tenant, limits FROM tw_tenants ORDER BY tenant
 
 -- name: planned_counts
 -- Scheduled jobs planned to fire per epoch second of [:lo, :hi) (ADR 0022: the load a flexible

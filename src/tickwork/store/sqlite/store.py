@@ -25,7 +25,7 @@ from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.backfills import DEFAULT_BACKFILL_RATE, Backfill, BackfillSlice
 from tickwork.domain.egress import EgressRules
-from tickwork.domain.jobs import Job, JobState, OverlapPolicy
+from tickwork.domain.jobs import MAX_PRIORITY, MIN_PRIORITY, Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
 from tickwork.domain.occurrences import LedgerRange
 from tickwork.domain.overlap import FIRE, Decision, Verdict, decide
@@ -54,6 +54,7 @@ from tickwork.store.base import (
     Extended,
     HistoryMaintenance,
     LeaseView,
+    Level,
     NodeAnnouncement,
     ResealReport,
     Topic,
@@ -226,6 +227,56 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         params = {"not_before": floor_us(not_before), "partitions": _id_list(partitions)}
         found = await self._query(SQL.next_due, params)
         return rows.dt_or_none(found[0]["next_us"])
+
+    async def due_counts(
+        self,
+        until: datetime,
+        tenants: Sequence[str],
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> dict[Level, int]:
+        common = {
+            "cap": cap,
+            "until": to_us(until),
+            "not_before": floor_us(not_before),
+            "partitions": _id_list(partitions),
+        }
+        counts: dict[Level, int] = {}
+        for tenant in tenants:
+            for priority in range(MIN_PRIORITY, MAX_PRIORITY + 1):
+                params = common | {"tenant": tenant, "priority": priority}
+                [found] = await self._query(SQL.due_count_of_level, params)
+                if found["due"]:
+                    counts[(tenant, priority)] = found["due"]
+        return counts
+
+    async def due_jobs_by_level(
+        self,
+        until: datetime,
+        wanted: Mapping[Level, int],
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> list[DueJob]:
+        common = {
+            "until": to_us(until),
+            "not_before": floor_us(not_before),
+            "partitions": _id_list(partitions),
+        }
+        found: list[DueJob] = []
+        for (tenant, priority), limit in wanted.items():
+            if limit > 0:
+                params = common | {"tenant": tenant, "priority": priority, "limit": limit}
+                found += [
+                    rows.due_from_row(r) for r in await self._query(SQL.due_jobs_of_level, params)
+                ]
+        return found
+
+    async def tenant_limits(self) -> dict[str, TenantLimits]:
+        found = await self._query(SQL.all_tenant_limits, {})
+        return {r["tenant"]: rows.limits_from_text(r["limits"]) for r in found}
 
     async def planned_counts(self, first_s: int, last_s: int) -> dict[int, int]:
         params = {"lo": first_s * 1_000_000, "hi": (last_s + 1) * 1_000_000}
