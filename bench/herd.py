@@ -138,11 +138,14 @@ def analyse(runs: list[Any], t_us: int, jobs: int, window_s: int) -> dict[str, A
     done = [r for r in runs if r["status"] == "succeeded"]
     planned = [r["planned_us"] or r["scheduled_us"] for r in runs]
     planned_per_s = Counter((p - t_us) // 1_000_000 for p in planned)
-    seconds = range(window_s + 1)
+    seconds = range(max(window_s, 1))  # [T, T + W): W whole seconds (T's own for W = 0)
     spread = [planned_per_s.get(s, 0) for s in seconds]
     started_per_s = Counter((r["started_us"] - t_us) // 1_000_000 for r in done)
     last = max(started_per_s, default=0)
     series = [started_per_s.get(s, 0) for s in range(0, last + 1)]
+    # For the plot: fires started per 100 ms, as a rate per second, from T.
+    per_tenth = Counter((r["started_us"] - t_us) // 100_000 for r in done)
+    tenths = [10 * per_tenth.get(k, 0) for k in range(0, max(per_tenth, default=0) + 2)]
     late_ms = [(r["started_us"] - (r["planned_us"] or r["scheduled_us"])) / 1000 for r in done]
     last_us = max((r["finished_us"] for r in done), default=None)
     return {
@@ -151,6 +154,7 @@ def analyse(runs: list[Any], t_us: int, jobs: int, window_s: int) -> dict[str, A
         "planned_per_s_min": min(spread),
         "peak_fires_per_s": max(series, default=0),
         "fires_per_s_series": series,
+        "rate_by_100ms": tenths,
         "lateness_vs_planned_ms": summary(late_ms),
         "drain_s": math.nan if last_us is None else round((last_us - t_us) / 1e6, 2),
     }
@@ -177,10 +181,12 @@ def _plot(results: list[dict[str, Any]], path: Path) -> None:
         return
     figure, axes = plt.subplots(figsize=(8, 4))
     for r in results:
-        series = r["fires_per_s_series"]
-        axes.step(range(len(series)), series, where="post", label=f"window {r['window_s']} s")
+        rates = r["rate_by_100ms"]
+        seconds = [k / 10 for k in range(len(rates))]
+        axes.step(seconds, rates, where="post", label=f"window {r['window_s']} s")
     axes.set_xlabel("seconds after the herd's instant")
-    axes.set_ylabel("fires started per second")
+    axes.set_ylabel("fires started per second (100 ms bins)")
+    axes.set_yscale("log")
     axes.set_title(f"{results[0]['jobs']:,} jobs due at one instant")
     axes.legend()
     axes.grid(alpha=0.3)

@@ -280,7 +280,7 @@ class ScheduleIn(_Input):
     )
     window: Duration | None = Field(
         None,
-        description="let each occurrence fire anywhere in [its instant, + window]: tickwork"
+        description="let each occurrence fire anywhere in [its instant, + window): tickwork"
         " places it in the least loaded second; up to P1D; not with jitter",
         examples=["PT5M"],
     )

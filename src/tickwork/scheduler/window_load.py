@@ -1,6 +1,6 @@
 """The load a scheduler places windowed occurrences against (`schedule.window`, ADR 0022).
 
-A window places an occurrence in the least loaded second of [nominal, nominal + window]. The
+A window places an occurrence in the least loaded second of [nominal, nominal + window). The
 load is what is planned there: the jobs whose next_run_at falls in each second. The scheduler
 reads that from the store once per range of seconds it has not read yet (`planned_counts`,
 one read of the due index), then keeps counting in memory what it plans itself: the placed

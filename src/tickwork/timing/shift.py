@@ -125,4 +125,4 @@ def window_seconds(schedule: Schedule, nominal: datetime) -> tuple[int, int] | N
     if not schedule.window_ms:
         return None
     start_us = to_us(nominal)
-    return start_us // 1_000_000, (start_us + schedule.window_ms * 1_000) // 1_000_000
+    return start_us // 1_000_000, (start_us + schedule.window_ms * 1_000 - 1) // 1_000_000

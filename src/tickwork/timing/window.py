@@ -1,6 +1,6 @@
 """Pure: where a flexible window places an occurrence, choosing the least loaded second.
 
-`schedule.window` lets an occurrence fire anywhere in [nominal, nominal + window]. Unlike
+`schedule.window` lets an occurrence fire anywhere in [nominal, nominal + window). Unlike
 jitter, which draws a delay blindly, placement looks at how many fires are already planned in
 each second of the window and takes one of the least loaded seconds. Ties (always the case for
 the first jobs, when nothing is planned yet) are broken by a draw from the occurrence itself,
@@ -9,8 +9,10 @@ batch placed against an empty load still spreads evenly instead of landing on th
 first second. Inside the chosen second a second draw picks the millisecond.
 
 The placed instant is a whole epoch millisecond (or the nominal instant itself when the
-window is 0 or leaves no whole millisecond), never before nominal, never after nominal +
-window, and strictly before the next occurrence (ADR 0022).
+window is 0 or leaves no whole millisecond), never before nominal, before nominal + window
+(a PT30S window on a whole second is 30 whole seconds), and strictly before the next
+occurrence (ADR 0022). It lies in a second wholly inside the window whenever there is one, so
+a partial first or last second is never packed as densely as the others.
 
 `LoadMap` counts planned fires per epoch second for a planner placing many occurrences in a
 row: `place_in_window(..., load=loads)` then `loads.add(instant)`. It answers "least loaded
@@ -76,7 +78,7 @@ def place_in_window_us(
     """`place_in_window` on epoch microseconds, for planners that keep integers."""
     if window_ms < 0:
         raise ValueError(f"window_ms must be 0 or more, got {window_ms}")
-    last_us = nominal_us + window_ms * _US_PER_MS
+    last_us = nominal_us + window_ms * _US_PER_MS - 1  # the window's end is not in it
     if next_nominal_us is not None:
         if next_nominal_us <= nominal_us:
             raise ValueError("next_nominal must be after nominal")
@@ -86,14 +88,25 @@ def place_in_window_us(
     if window_ms == 0 or first_ms > last_ms:
         return nominal_us
     digest = occurrence_digest(job_id, nominal_us, person=WINDOW_PERSON, size=16)
-    second = least_loaded_second(
-        load, first_ms // _MS_PER_S, last_ms // _MS_PER_S, tie_draw=digest[:8]
-    )
+    low_s, high_s = _candidate_seconds(first_ms, last_ms)
+    second = least_loaded_second(load, low_s, high_s, tie_draw=digest[:8])
     # The chosen second's whole milliseconds that are inside the window (the first and the
     # last second of the window may be partial).
     low_ms = max(first_ms, second * _MS_PER_S)
     high_ms = min(last_ms, second * _MS_PER_S + _MS_PER_S - 1)
     return (low_ms + uniform_index(digest[8:], high_ms - low_ms + 1)) * _US_PER_MS
+
+
+def _candidate_seconds(first_ms: int, last_ms: int) -> tuple[int, int]:
+    """The seconds a placement chooses among: those wholly inside [first_ms, last_ms], when
+    there is one. A second only partly inside would get as many fires as a whole one in a
+    fraction of its time: a window starting at .9986 s would pack a second's share into its
+    first millisecond. Only a window with no whole second inside uses its partial ones."""
+    whole_first = -(-first_ms // _MS_PER_S)
+    whole_last = (last_ms + 1) // _MS_PER_S - 1
+    if whole_first <= whole_last:
+        return whole_first, whole_last
+    return first_ms // _MS_PER_S, last_ms // _MS_PER_S
 
 
 def least_loaded_second(

@@ -41,14 +41,16 @@ draws = st.binary(min_size=8, max_size=8)
 
 
 def candidate_seconds(nominal: datetime, window_ms: int, next_nominal: datetime | None) -> range:
-    """The seconds that hold a whole millisecond in [nominal, nominal + window], before the
-    next occurrence: worked out here from the definition, not taken from the module."""
+    """The seconds a placement may take: those wholly inside [nominal, nominal + window) and
+    before the next occurrence, or, when there is none, those holding a whole millisecond of
+    it; worked out here from the definition, not taken from the module."""
     first_us = to_us(nominal)
-    last_us = first_us + window_ms * 1_000
+    last_us = first_us + window_ms * 1_000 - 1
     if next_nominal is not None:
         last_us = min(last_us, to_us(next_nominal) - 1)
     first_ms, last_ms = -(-first_us // 1_000), last_us // 1_000
-    return range(first_ms // 1_000, last_ms // 1_000 + 1)
+    whole = range(-(-first_ms // 1_000), (last_ms + 1) // 1_000)
+    return whole if len(whole) else range(first_ms // 1_000, last_ms // 1_000 + 1)
 
 
 def absolute(load: dict[int, int], nominal: datetime) -> dict[int, int]:
@@ -77,7 +79,8 @@ def test_placed_in_the_window_before_the_next_occurrence(
     placed = place_in_window(
         job_id, nominal, window_ms, next_nominal=next_nominal, load=absolute(relative_load, nominal)
     )
-    assert nominal <= placed <= nominal + timedelta(milliseconds=window_ms)
+    assert nominal <= placed
+    assert placed < nominal + timedelta(milliseconds=window_ms) or placed == nominal
     if next_nominal is not None:
         assert placed < next_nominal
     if placed != nominal:
@@ -151,47 +154,47 @@ def test_least_loaded_agrees_with_a_scan_of_every_second(
 
 def test_an_empty_load_spreads_jobs_over_the_window_not_on_its_first_second() -> None:
     """With nothing planned every second ties; the tie is broken by the occurrence's own draw.
-    10,000 jobs, PT30S: 31 seconds (the window's end, nominal + 30 s, is in it). Each count is
-    Binomial(10,000, 1/31): chi-square over 31 buckets (30 degrees of freedom: mean 30,
-    deviation 7.7) stays under 70 unless the draw is biased (p < 1e-4 for a uniform one);
+    10,000 jobs, PT30S: 30 seconds (the window's end, nominal + 30 s, is not in it). Each
+    count is Binomial(10,000, 1/30): chi-square over 30 buckets (29 degrees of freedom: mean
+    29, deviation 7.6) stays under 70 unless the draw is biased (p < 1e-4 for a uniform one);
     fixed ids and a pure function, so the outcome never changes between runs."""
     placed = [
         place_in_window(f"job-{i}", NOMINAL, 30_000, next_nominal=None, load={})
         for i in range(10_000)
     ]
     buckets = Counter(to_us(at) // 1_000_000 - NOMINAL_S for at in placed)
-    assert sorted(buckets) == list(range(31))
-    assert chi_square([buckets[second] for second in range(31)]) < 70
+    assert sorted(buckets) == list(range(30))
+    assert chi_square([buckets[second] for second in range(30)]) < 70
 
 
 def test_a_batch_of_100_000_jobs_flattens_to_an_even_load() -> None:
-    """Each placement takes a least loaded second and counts itself: the 31 seconds of a PT30S
-    window end with 100,000 / 31 fires each (3,225 or 3,226)."""
+    """Each placement takes a least loaded second and counts itself: the 30 seconds of a PT30S
+    window end with 100,000 / 30 fires each (3,333 or 3,334)."""
     loads = LoadMap()
     for i in range(100_000):
         loads.add(place_in_window(f"job-{i}", NOMINAL, 30_000, next_nominal=None, load=loads))
-    counts = [loads.get(NOMINAL_S + second, 0) for second in range(31)]
-    assert sorted(set(counts)) == [3_225, 3_226]
+    counts = [loads.get(NOMINAL_S + second, 0) for second in range(30)]
+    assert sorted(set(counts)) == [3_333, 3_334]
     assert loads.total == sum(counts) == 100_000
 
 
 def test_a_long_window_flattens_too() -> None:
-    """PT1H (3,601 seconds, read by block minimums): 20,000 jobs end at 5 or 6 per second."""
+    """PT1H (3,600 seconds, read by block minimums): 20,000 jobs end at 5 or 6 per second."""
     loads = LoadMap()
     for i in range(20_000):
         loads.add(place_in_window(f"job-{i}", NOMINAL, 3_600_000, next_nominal=None, load=loads))
-    counts = [loads.get(NOMINAL_S + second, 0) for second in range(3_601)]
+    counts = [loads.get(NOMINAL_S + second, 0) for second in range(3_600)]
     assert sorted(set(counts)) == [5, 6]
     assert sum(counts) == 20_000
 
 
 def test_placing_on_top_of_an_existing_load_fills_the_gaps_first() -> None:
-    """Seconds 0-9 already hold 5 fires each: the next 20 x 10 jobs go to seconds 10-30 before
+    """Seconds 0-9 already hold 5 fires each: the next 20 x 5 jobs go to seconds 10-29 before
     any lands in 0-9 again."""
     loads = LoadMap({NOMINAL_S + second: 5 for second in range(10)})
-    for i in range(21 * 5):
+    for i in range(20 * 5):
         loads.add(place_in_window(f"job-{i}", NOMINAL, 30_000, next_nominal=None, load=loads))
-    assert [loads[NOMINAL_S + second] for second in range(31)] == [5] * 31
+    assert [loads[NOMINAL_S + second] for second in range(30)] == [5] * 30
 
 
 def test_a_window_longer_than_the_interval_stays_before_the_next_occurrence() -> None:
@@ -205,17 +208,23 @@ def test_a_window_longer_than_the_interval_stays_before_the_next_occurrence() ->
     assert dict(loads) == {NOMINAL_S + second: 200 for second in range(5)}
 
 
-def test_partial_first_and_last_seconds_keep_their_bounds() -> None:
-    """A nominal instant at .9986 s: its own second holds one whole millisecond not before
-    it (.999), and the window's last second ends at nominal + window (2.9986 s)."""
+def test_partial_first_and_last_seconds_are_not_packed() -> None:
+    """A nominal instant at .9986 s with PT2S: its own second holds one millisecond of the
+    window (.999) and the last one 998 (2.000 .. 2.998): only second 1 is wholly inside, and
+    every placement goes there, none crowding a partial second. A window with no whole second
+    inside (PT0.5S from .9986 s) uses the partial ones, within their bounds."""
     nominal = NOMINAL + timedelta(microseconds=998_600)
     placed = {
         place_in_window(f"job-{i}", nominal, 2_000, next_nominal=None, load={})
         for i in range(3_000)
     }
-    assert min(placed) == NOMINAL + timedelta(milliseconds=999)
-    assert max(placed) <= nominal + timedelta(seconds=2)
-    assert {to_us(at) // 1_000_000 - NOMINAL_S for at in placed} == {0, 1, 2}
+    assert {to_us(at) // 1_000_000 - NOMINAL_S for at in placed} == {1}
+    short = {
+        place_in_window(f"job-{i}", nominal, 500, next_nominal=None, load={}) for i in range(3_000)
+    }
+    assert min(short) == NOMINAL + timedelta(milliseconds=999)
+    assert max(short) < nominal + timedelta(milliseconds=500)
+    assert {to_us(at) // 1_000_000 - NOMINAL_S for at in short} == {0, 1}
 
 
 def test_zero_window_is_the_nominal_instant() -> None:
