@@ -705,3 +705,27 @@ async def test_every_lease_and_claim_carries_the_jobs_tenant(store: ScheduleStor
     scanned = await store.lease_runs(now=T0, owner="w", lease_until=until, limit=10)
     tenants = {f.job_id: f.tenant for f in [claimed, fenced, *scanned]}
     assert tenants == {j.id: j.tenant for j in jobs}
+
+
+async def test_runs_free_since_fresh_from_are_leased_before_a_backlog(
+    store: ScheduleStore,
+) -> None:
+    # Five runs free since T0 (a backlog claimed late) and two free since T0 + 10 s (coming
+    # due now): with fresh_from, a lease of three takes the two fresh ones first, then the
+    # oldest of the backlog; without it, strictly soonest-free first.
+    backlog = await hand_off(store, 5, at=T0)
+    fresh_jobs = [make_job(n, next_run_at=T0 + 10 * SEC) for n in (6, 7)]
+    for job in fresh_jobs:
+        await store.create_job(job)
+    plans = [plan_for(job, new_next=T0 + 20 * SEC) for job in fresh_jobs]
+    fresh = await store.claim_hand_off(plans, owner="s", now=T0)
+    now = T0 + 10 * SEC
+    leased = await store.lease_runs(
+        now=now, owner="w", lease_until=now + 60 * SEC, limit=3, fresh_from=now - SEC
+    )
+    taken = {f.run_id for f in leased}
+    assert len(taken) == 3
+    assert {e.run_id for e in fresh} <= taken  # both fresh ones, and one of the backlog
+    rest = await store.lease_runs(now=now, owner="w", lease_until=now + 60 * SEC, limit=10)
+    assert {f.run_id for f in rest} | taken == {e.run_id for e in backlog + list(fresh)}
+    assert len(rest) == 4

@@ -540,10 +540,15 @@ class LeaseStore(Protocol):
         lease_until: datetime,
         limit: int,
         hand_offs_by: datetime | None = None,
+        fresh_from: datetime | None = None,
     ) -> list[Fire]:
         """The table queue's dequeue: lease up to `limit` pending runs whose lease is free at
         `now` (a hand-off whose instant came, a manual trigger, a retry whose backoff passed,
         a redriven dead letter, or an expired lease: its holder died), soonest-free first.
+
+        With `fresh_from`, the runs that became free at or after it are leased first, soonest
+        first, and only then the older ones: a backlog (a tenant's million one-shots claimed
+        late, a dead worker's runs) does not hold back the runs coming due now (ADR 0026).
 
         A hand-off that was never leased (attempt 0, origin "schedule") must also be free at
         `hand_offs_by` (default `now`): a worker behind an external queue passes an earlier

@@ -692,14 +692,18 @@ class MemoryStore:
         lease_until: datetime,
         limit: int,
         hand_offs_by: datetime | None = None,
+        fresh_from: datetime | None = None,
     ) -> list[Fire]:
         hand_offs_by = now if hand_offs_by is None else hand_offs_by
-        expired = [
-            run_id
+        free = [
+            (run_id, until)
             for run_id, (_, until) in sorted(self._leases.items(), key=lambda kv: kv[1][1])
             if until <= now
             and (until <= hand_offs_by or not _never_leased(self._runs[run_id], until))
-        ][:limit]
+        ]
+        if fresh_from is not None:  # those free since fresh_from first (a stable sort)
+            free.sort(key=lambda pair: pair[1] < fresh_from)
+        expired = [run_id for run_id, _ in free][:limit]
         return [self._lease(run_id, owner, lease_until, now) for run_id in expired]
 
     async def lease_run(

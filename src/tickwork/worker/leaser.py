@@ -75,6 +75,10 @@ class LeaserConfig:
     # leases of a few runs each (a busy worker freeing slots one by one) stay batched.
     pause_ms: int = 20
     batch: int = LEASE_BATCH
+    # Runs that became free this recently are leased before older ones (`lease_runs`'
+    # `fresh_from`): a backlog one tenant's burst left in the queue does not delay the runs
+    # of others coming due now (ADR 0026). None: strictly in the order they became free.
+    fresh_ms: int | None = 100
 
     def __post_init__(self) -> None:
         if self.batch < 1 or self.lease_ttl_ms < 1 or self.pause_ms < 0:
@@ -111,6 +115,10 @@ class StoreLeaser:
         self._lease_uncertain = False
         sink.on_retry_released(self.wake_at)
 
+    def _fresh_from(self, now: datetime) -> datetime | None:
+        fresh_ms = self._config.fresh_ms
+        return None if fresh_ms is None else now - timedelta(milliseconds=fresh_ms)
+
     def wake_at(self, when: datetime) -> None:
         """Lease again no later than `when` (the executor released a retry until then)."""
         # Kept apart as well: a round in progress, whose store reads may predate the retry,
@@ -144,6 +152,7 @@ class StoreLeaser:
                 owner=self._config.node_id,
                 lease_until=lease_until,
                 limit=room,
+                fresh_from=self._fresh_from(now),
             )
         except Exception:
             # The error may have come after the commit (a lost reply): the runs would then be

@@ -536,6 +536,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         lease_until: datetime,
         limit: int,
         hand_offs_by: datetime | None = None,
+        fresh_from: datetime | None = None,
     ) -> list[Fire]:
         values = {
             "owner": owner,
@@ -544,7 +545,11 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             "hand_offs_by": to_us(now if hand_offs_by is None else hand_offs_by),
             "limit": limit,
         }
-        found = await self._fetch(self._sql.lease_runs, values, "leasing")
+        if fresh_from is None:
+            found = await self._fetch(self._sql.lease_runs, values, "leasing")
+        else:
+            values["fresh_from"] = to_us(fresh_from)
+            found = await self._fetch(self._sql.lease_runs_fresh_first, values, "leasing")
         return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
     async def lease_run(

@@ -457,6 +457,30 @@ WITH locked AS (
 ),
 {lease_locked}
 
+-- name: lease_runs_fresh_first
+-- lease_runs, the runs that became free at or after :fresh_from first (soonest first), then
+-- the older ones: each part one range of tw_runs_pending, the second only as large as the
+-- first left room for. A backlog claimed late (one tenant's million one-shots) then does not
+-- hold back the runs coming due now (ADR 0026).
+WITH fresh AS (
+    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
+    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+      AND lease_until_us >= :fresh_from
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED
+),
+backlog AS (
+    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
+    FROM tw_runs WHERE status = 'pending' AND lease_until_us < :fresh_from
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    ORDER BY lease_until_us LIMIT (:limit - (SELECT count(*) FROM fresh))
+    FOR UPDATE SKIP LOCKED
+),
+locked AS (SELECT * FROM fresh UNION ALL SELECT * FROM backlog),
+{lease_locked}
+
 -- fragment: locked_by_fence
 -- `locked`: the runs named by the CTE `pairs` (id, fence) that are still pending at that
 -- fence, locked. Each is reached through the primary key, one lookup per pair (LATERAL ...

@@ -207,11 +207,22 @@ WHERE key = :key AND status = 'pending' AND lease_until_us = :held
 -- (postgres.sql says why). Read in the lease's transaction, so nothing
 -- changes them before lease_runs leases them; `lease_owner` says which were leased before
 -- (SQLite's RETURNING shows only the new values, so the lost attempts are read here).
-SELECT id, fence_token, lease_owner FROM tw_runs
-WHERE status = 'pending' AND lease_until_us <= :now
-  AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-       OR lease_until_us <> coalesce(planned_us, scheduled_us))
-ORDER BY lease_until_us LIMIT :limit
+-- The runs free since :fresh_from come first (ADR 0026: a backlog does not hold back what
+-- comes due now), each part one range of tw_runs_pending.
+SELECT * FROM (
+    SELECT id, fence_token, lease_owner FROM tw_runs
+    WHERE status = 'pending' AND lease_until_us <= :now AND lease_until_us >= :fresh_from
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    ORDER BY lease_until_us LIMIT :limit)
+UNION ALL
+SELECT * FROM (
+    SELECT id, fence_token, lease_owner FROM tw_runs
+    WHERE status = 'pending' AND lease_until_us < :fresh_from
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    ORDER BY lease_until_us LIMIT :limit)
+LIMIT :limit
 
 -- name: lease_runs
 -- The dequeue's second half: lease the runs runs_to_lease chose (:ids, a JSON list): fence + 1,

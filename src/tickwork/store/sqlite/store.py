@@ -430,11 +430,14 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         lease_until: datetime,
         limit: int,
         hand_offs_by: datetime | None = None,
+        fresh_from: datetime | None = None,
     ) -> list[Fire]:
         chosen = {
             "now": to_us(now),
             "hand_offs_by": to_us(now if hand_offs_by is None else hand_offs_by),
             "limit": limit,
+            # Without a fresh range every run free by `now` is "fresh": one range, in order.
+            "fresh_from": -(2**62) if fresh_from is None else to_us(fresh_from),
         }
         lease = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
 
