@@ -125,6 +125,8 @@ async def test_create_cron_job_returns_it_armed(api: Api) -> None:
             "misfire": "coalesce",
             "misfire_grace": "PT1S",
             "catchup_window": "P1D",
+            "jitter": None,
+            "window": None,
             "dst": {"gap": "cron", "repeat": "cron"},
         },
         "target": {
@@ -141,10 +143,12 @@ async def test_create_cron_job_returns_it_armed(api: Api) -> None:
         "on_failure": None,
         "overlap": "allow",
         "max_runs": None,
+        "priority": 5,
         "fired_count": 0,
         "pause_note": None,
         "paused_at": None,
         "next_run_at": "2026-01-16T01:00:00Z",  # 02:00 in Berlin (CET, +01:00)
+        "next_scheduled_for": "2026-01-16T01:00:00Z",  # no jitter or window: the same
         "last_fired_at": None,
         "fence_token": 0,
         "created_at": "2026-01-15T12:00:00Z",
@@ -194,7 +198,7 @@ async def test_all_schedule_options_round_trip(api: Api) -> None:
     }
     target = {"url": "http://example.com:9/x", "method": "put", "timeout": 2.5}
     job = await create(api, schedule=schedule, target=target, tenant="acme")
-    assert job["schedule"] == schedule
+    assert job["schedule"] == schedule | {"jitter": None, "window": None}
     assert job["target"] == {
         "type": "webhook",
         "url": "http://example.com:9/x",
@@ -458,6 +462,7 @@ async def test_trigger_returns_a_pending_manual_run(api: Api) -> None:
         "dead_lettered_at": None,
         "last_error": None,
         "claim_epoch": None,  # a manual run is not claimed by a scheduler
+        "planned_for": None,
     }
     assert run["key"].startswith(job["id"])
 

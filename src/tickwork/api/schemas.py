@@ -1178,11 +1178,6 @@ class FireOut(_Output):
     note: str | None = Field(
         description="set when a DST change moved or merged this fire, or a one-shot is late"
     )
-    planned_for: InstantOut | None = Field(
-        None,
-        description="a job's jittered or windowed fire: when it fires (null: at `utc`, or a"
-        " window placed only when the fire before it is claimed)",
-    )
 
 
 class EndOut(_Output):
@@ -1214,7 +1209,16 @@ class PreviewOut(_Output):
         return {"fires": fires, "ends": end}
 
 
+class JobFireOut(FireOut):
+    planned_for: InstantOut | None = Field(
+        None,
+        description="a jittered or windowed fire: when it fires (null: at `utc`, or a window"
+        " placed only when the fire before it is claimed)",
+    )
+
+
 class JobPreviewOut(PreviewOut):
+    fires: list[JobFireOut]  # type: ignore[assignment]
     job_id: str
     state: JobState = Field(
         description="paused: the fires are those it would make if resumed now; completed: none"
@@ -1226,10 +1230,13 @@ class JobPreviewOut(PreviewOut):
     def of_job(cls, job: Job, preview: SchedulePreview) -> JobPreviewOut:
         fields = cls._fields_of(preview)
         stored = job.next_run_at if job.state is JobState.SCHEDULED else None
-        for fire, entry in zip(fields["fires"], preview.fires, strict=True):
+        fires = []
+        for fire, entry in zip(fields.pop("fires"), preview.fires, strict=True):
             planned = known_planned(job.id, job.schedule, entry.utc, stored)
-            fire.planned_for = None if planned is None else utc_iso(planned)
-        return cls(job_id=job.id, state=job.state, shift=shift_note(job.schedule), **fields)
+            fires.append(JobFireOut(**fire.model_dump(), planned_for=planned and utc_iso(planned)))
+        return cls(
+            job_id=job.id, state=job.state, shift=shift_note(job.schedule), fires=fires, **fields
+        )
 
 
 class Health(_Output):

@@ -127,6 +127,8 @@ def test_schedule_out_carries_only_its_own_kind(trigger: object, kind: dict[str,
         "misfire": "coalesce",
         "misfire_grace": "PT1S",
         "catchup_window": "P1D",
+        "jitter": None,
+        "window": None,
     }
 
 
