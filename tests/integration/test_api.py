@@ -458,6 +458,7 @@ async def test_trigger_returns_a_pending_manual_run(api: Api) -> None:
         "dead_lettered_at": None,
         "last_error": None,
         "claim_epoch": None,  # a manual run is not claimed by a scheduler
+        "throttled_ms": None,  # nor held back by the fire ceiling
     }
     assert run["key"].startswith(job["id"])
 

@@ -224,6 +224,9 @@ class Run:
     # None once it finished.
     lease_owner: str | None = None
     lease_until: datetime | None = None
+    # How much later than its instant the occurrence was claimed because the global fire
+    # ceiling held it back (ms, ADR 0025); None: it was not throttled.
+    throttled_ms: int | None = None
 
 
 def run_state(run: Run, now: datetime) -> RunState:

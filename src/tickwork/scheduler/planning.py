@@ -16,7 +16,9 @@ from tickwork.store.base import ClaimPlan, DueJob
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
 
-def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> ClaimPlan:
+def plan_claim(
+    due: DueJob, now: datetime, *, epoch: int | None = None, throttled: bool = False
+) -> ClaimPlan:
     """Plan the claim of one due job (`due.next_run_at` may be slightly after `now` when the
     scheduler claims ahead; the fire itself then waits for its instant). `epoch` is the epoch
     of the job's partition lease the claimer holds (ADR 0015), carried to the store's check.
@@ -30,6 +32,9 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     skip fires nothing and moves on to the first occurrence after `now`.
     The plan names the range of occurrences folded or skipped (`missed_first`..`missed_last`,
     `coalesced` of them) for the claim to record in the occurrence ledger.
+
+    `throttled`: the occurrence waited because of the global fire ceiling, not a downtime
+    (`timing.pacing.held_back`): it fires as if on time, however late (ADR 0025).
     """
     # In UTC: arithmetic on an instant given in a zone with DST is wall-clock arithmetic in
     # Python, and inside a fall-back hour it planned a different occurrence (a property test
@@ -38,7 +43,7 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     schedule = due.schedule
     late = now - due.next_run_at
     policy = schedule.misfire
-    if late <= timedelta(milliseconds=schedule.misfire_grace_ms):
+    if throttled or late <= timedelta(milliseconds=schedule.misfire_grace_ms):
         return _plan(due, fire=due.next_run_at, coalesced=0, epoch=epoch)
     latest = latest_occurrence(schedule, at_or_before=now, not_before=due.next_run_at)
     latest = due.next_run_at if latest is None else latest

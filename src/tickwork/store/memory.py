@@ -337,7 +337,7 @@ class MemoryStore:
                 now,
             )
             if run is not None:
-                run = replace(run, claim_epoch=lease.epoch)
+                run = replace(run, claim_epoch=lease.epoch, throttled_ms=plan.throttled_ms)
                 self._runs[run.id] = run
                 if plan.overlap is not OverlapPolicy.ALLOW:
                     self._guarded.add(run.id)

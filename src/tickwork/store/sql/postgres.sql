@@ -112,19 +112,20 @@ WITH plan AS (
                          :missed_first_us::bigint[], :missed_last_us::bigint[],
                          :overlaps::text[], :skip_next_us::bigint[], :missed_counts::bigint[],
                          :catchup_first_us::bigint[], :catchup_last_us::bigint[],
-                         :catchup_totals::bigint[])
+                         :catchup_totals::bigint[], :throttled_ms::bigint[])
         AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch,
              missed_first_us, missed_last_us, overlap, skip_next_us, missed_count,
-             catchup_first_us, catchup_last_us, catchup_total)
+             catchup_first_us, catchup_last_us, catchup_total, throttled_ms)
 )
 
 -- fragment: claim_plan_plain
--- A plain batch's plans: nine arrays; the policy columns are NULL for every plan.
+-- A plain batch's plans: nine arrays; the policy columns are NULL for every plan (and so is
+-- throttled_ms: a plan the fire ceiling held back is not plain, ADR 0025).
 WITH plan AS (
     SELECT p.*, NULL::bigint AS missed_first_us, NULL::bigint AS missed_last_us,
            NULL::text AS overlap, NULL::bigint AS skip_next_us, NULL::bigint AS missed_count,
            NULL::bigint AS catchup_first_us, NULL::bigint AS catchup_last_us,
-           NULL::bigint AS catchup_total
+           NULL::bigint AS catchup_total, NULL::bigint AS throttled_ms
     FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
                 :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
                 :coalesced::int[], :keys::text[], :epochs::bigint[])
@@ -192,7 +193,7 @@ claimed AS (
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch,
               l.missed_first_us, l.missed_last_us, l.missed_count, l.catchup_first_us,
               l.catchup_last_us, l.catchup_total, l.verdict, l.blocker,
-              CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded
+              CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded, l.throttled_ms
 )
 
 -- fragment: claim_overlap_effects
@@ -282,9 +283,9 @@ catchups AS (
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
-                         guarded)
+                         guarded, throttled_ms)
     SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, :owner,
-           :lease_until, :now, lease_epoch, guarded
+           :lease_until, :now, lease_epoch, guarded, throttled_ms
     FROM claimed WHERE fired_us IS NOT NULL AND verdict IN ('fire', 'cancel')
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt
@@ -334,9 +335,10 @@ held AS (
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
-                         guarded)
+                         guarded, throttled_ms)
     SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL,
-           CASE WHEN verdict = 'hold' THEN :held ELSE fired_us END, :now, lease_epoch, guarded
+           CASE WHEN verdict = 'hold' THEN :held ELSE fired_us END, :now, lease_epoch, guarded,
+           throttled_ms
     FROM claimed WHERE fired_us IS NOT NULL AND verdict <> 'skip'
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt, lease_until_us

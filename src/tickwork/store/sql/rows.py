@@ -412,6 +412,7 @@ def run_from_row(row: Row) -> Run:
         claim_epoch=row["claim_epoch"],
         lease_owner=row["lease_owner"],
         lease_until=dt_or_none(row["lease_until_us"]),
+        throttled_ms=row["throttled_ms"],
     )
 
 

@@ -81,9 +81,9 @@ WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us 
 -- The run of an in-process claim: leased to the claimer at attempt 1 (nothing if the
 -- occurrence already has a run: it never fires twice).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch, guarded)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, throttled_ms)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
-        :owner, :lease_until, :now, :lease_epoch, :guarded)
+        :owner, :lease_until, :now, :lease_epoch, :guarded, :throttled_ms)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -110,9 +110,9 @@ FROM tw_jobs WHERE id = :job_id
 -- The run of a hand-off claim: unowned at attempt 0, leasable from its own instant (the
 -- worker's lease makes it attempt 1).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch, guarded)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, throttled_ms)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
-        NULL, :fired_us, :now, :lease_epoch, :guarded)
+        NULL, :fired_us, :now, :lease_epoch, :guarded, :throttled_ms)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
