@@ -233,9 +233,10 @@ class SchedulerService:
 
     def pace_wait_s(self) -> float:
         """How long a throttled scheduler sleeps: until a quarter of the bucket (50 ms of its
-        share) has accrued, so a tick claims a handful of fires, not one."""
+        share) has accrued, so a tick claims a handful of fires, not one (0.0: no ceiling)."""
         bucket = self._bucket
-        assert bucket is not None
+        if bucket is None:
+            return 0.0
         step = max(1, min(self._config.batch_size, int(bucket.capacity / 4)))
         return min(bucket.wait_s(step, self._clock.monotonic_s()), self._config.max_idle_ms / 1000)
 
