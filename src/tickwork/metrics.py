@@ -25,6 +25,16 @@ FIRES = Counter("tickwork_fires_total", "Occurrences claimed and handed to an ex
 MISSED = Counter(
     "tickwork_misfires_total", "Occurrences folded or skipped by a misfire policy", ["policy"]
 )
+THROTTLED_FIRES = Counter(
+    "tickwork_throttled_fires_total",
+    "Occurrences claimed late because the global fire ceiling held them back (their runs "
+    "record throttled_ms; ADR 0025)",
+)
+CEILING_SHARE = Gauge(
+    "tickwork_fire_ceiling_share",
+    "Fires per second this scheduler may claim: the fire ceiling times the share of the "
+    "partitions it holds (absent without a ceiling)",
+)
 FIRE_LATENESS = Histogram(
     "tickwork_fire_lateness_seconds",
     "Execution start minus the occurrence's planned instant (its scheduled one unless a jitter"

@@ -79,6 +79,14 @@ class Settings(BaseSettings):
         description="occurrences per second one scheduler process enqueues for backfills and"
         " catch-ups, all of them together (each backfill also has its own rate)",
     )
+    fire_ceiling: float = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        allow_inf_nan=False,
+        description="the most occurrences per second the whole cluster fires (each scheduler"
+        " paces its claims at its share of the partitions); 0: no ceiling",
+    )
     # worker leases (ADR 0016): a dead worker's fires run elsewhere once its leases expire
     lease_ttl_ms: int = Field(
         DEFAULT_LEASE_TTL_MS, ge=1000, description="how long a fire stays leased unrenewed"

@@ -329,3 +329,26 @@ async def test_an_occurrence_handed_off_is_not_handed_off_again(store: ScheduleS
         await store.claim_hand_off([plan_for(rearmed, new_next=T0 + SEC)], owner="s", now=T0) == []
     )
     assert len(await store.list_runs(job.id)) == 1
+
+
+@pytest.mark.parametrize("hand_off", [False, True])
+async def test_a_throttled_plan_records_its_throttled_ms_on_its_run_alone(
+    store: ScheduleStore, hand_off: bool
+) -> None:
+    """ADR 0025: the claim writes how late the fire ceiling made an occurrence on its run, in
+    a batch that mixes it with plain plans (a throttled plan is not plain); the others, and
+    every plain batch, record nothing."""
+    late, on_time, plain_only = [await store.create_job(make_job(n)) for n in range(1, 4)]
+    throttled = replace(plan_for(late, new_next=T0 + SEC), throttled_ms=2500)
+    batch = [throttled, plan_for(on_time, new_next=T0 + SEC)]
+    if hand_off:
+        assert len(await store.claim_hand_off(batch, owner="s", now=T0)) == 2
+        await store.claim_hand_off([plan_for(plain_only, new_next=T0 + SEC)], owner="s", now=T0)
+    else:
+        assert len(await claim(store, batch)) == 2
+        await claim(store, [plan_for(plain_only, new_next=T0 + SEC)])
+    runs = {job_id: (await store.list_runs(job_id))[0] for job_id in (late.id, on_time.id)}
+    assert runs[late.id].throttled_ms == 2500
+    assert runs[on_time.id].throttled_ms is None
+    assert (await store.list_runs(plain_only.id))[0].throttled_ms is None
+    assert (await store.get_run(runs[late.id].id)).throttled_ms == 2500

@@ -463,6 +463,7 @@ async def test_trigger_returns_a_pending_manual_run(api: Api) -> None:
         "last_error": None,
         "claim_epoch": None,  # a manual run is not claimed by a scheduler
         "planned_for": None,
+        "throttled_ms": None,  # nor held back by the fire ceiling
     }
     assert run["key"].startswith(job["id"])
 

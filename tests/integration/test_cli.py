@@ -610,6 +610,20 @@ def test_a_lease_that_cannot_outlive_two_missed_heartbeats_is_refused(
         assert needle in result.err
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [("-1", "greater than or equal to 0"), ("fast", "valid number"), ("inf", "finite")],
+)
+def test_a_bad_fire_ceiling_stops_the_scheduler_with_a_clear_error(
+    cli: Any, monkeypatch: pytest.MonkeyPatch, value: str, why: str
+) -> None:
+    monkeypatch.setenv("TICKWORK_FIRE_CEILING", value)
+    result = cli("scheduler", api=False)
+    assert (result.code, result.out, result.err.count("\n")) == (2, "", 1)
+    assert result.err.startswith("error: fire_ceiling: ")
+    assert why in result.err
+
+
 def test_file_and_flags_do_not_mix(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "job.json"
     path.write_text("{}")

@@ -25,7 +25,7 @@ from tickwork.store.sqlite import SqliteStore
 from tickwork.testing import ThrowawayPostgres, free_port
 from tickwork.webhooks import generate_secret
 
-HEAD = "0015"  # the newest migration; bump it with every new revision
+HEAD = "0016"  # the newest migration; bump it with every new revision
 SCHEMA_TABLES = {
     "tw_jobs",
     "tw_runs",

@@ -44,6 +44,7 @@ def test_an_on_time_allow_fire_is_plain() -> None:
             "catchup_last": T - timedelta(minutes=1),
             "catchup_total": 3,
         },
+        {"throttled_ms": 1500},  # the fire ceiling's record on the run (ADR 0025)
     ],
 )
 def test_policy_work_makes_a_plan_not_plain(changes: dict[str, object]) -> None:

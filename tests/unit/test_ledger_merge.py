@@ -111,6 +111,19 @@ def test_a_runs_state_gives_its_outcome(status: RunStatus, dead: bool, outcome: 
     assert [e.outcome for e in entries] == [outcome]
 
 
+def test_a_run_the_fire_ceiling_held_back_is_throttled_with_its_run() -> None:
+    """docs/policies.md, Outcomes: throttling is not a miss: the occurrence has its run, and
+    reads `throttled` with how late the ceiling made it; a dead letter stays a dead letter."""
+    late = run(1, 0, throttled_ms=2500)
+    [entry] = merge_ledger(job(), T0, T0, runs=[late], ranges=[], limit=10)
+    assert (entry.outcome, entry.run_id, entry.count) == (Outcome.THROTTLED, 1, 1)
+    assert "2500 ms late" in entry.reason
+    assert "fire ceiling" in entry.reason
+    dead = run(1, 0, throttled_ms=2500, status=RunStatus.FAILED, dead_lettered_at=T0)
+    [entry] = merge_ledger(job(), T0, T0, runs=[dead], ranges=[], limit=10)
+    assert entry.outcome is Outcome.DEAD_LETTERED
+
+
 @pytest.mark.parametrize("reason", list(LedgerReason))
 def test_each_recorded_reason_is_the_outcome_of_its_range(reason: LedgerReason) -> None:
     # docs/policies.md, Outcomes: a range reads as its reason, naming the run it recorded.

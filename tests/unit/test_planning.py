@@ -336,3 +336,14 @@ def test_a_catch_up_is_counted_exactly_for_an_interval_and_as_far_as_coalesce_fo
     walked = plan_claim(due(cron), T0 + day + 0.5 * S)
     assert walked.catchup_last == T0 + day - S
     assert walked.catchup_total == 10_001  # a lower bound: the lane replays the whole range
+
+
+@pytest.mark.parametrize("policy", list(MisfirePolicy))
+def test_an_occurrence_the_fire_ceiling_held_back_fires_as_on_time_whatever_the_policy(
+    policy: MisfirePolicy,
+) -> None:
+    """ADR 0025: 10.5 s late because of the ceiling, not a downtime: the due occurrence fires
+    and the job advances by one, nothing folded, skipped or caught up."""
+    plan = plan_claim(due(every_second(policy)), T0 + 10.5 * S, throttled=True)
+    assert (plan.scheduled_for, plan.coalesced, plan.new_next_run_at) == (T0, 0, T0 + S)
+    assert (plan.missed_first, plan.catchup_first, plan.missed_count) == (None, None, None)

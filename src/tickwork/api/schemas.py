@@ -1072,6 +1072,11 @@ class RunOut(_Output):
         description="the epoch of the job's partition lease when the scheduler claimed this "
         "occurrence (null for manual runs)",
     )
+    throttled_ms: int | None = Field(
+        None,
+        description="how much later than its instant the occurrence was claimed because the "
+        "global fire ceiling held it back, in ms (null: not throttled)",
+    )
 
     @classmethod
     def of(cls, run: Run, now: datetime) -> RunOut:
@@ -1103,6 +1108,7 @@ class RunOut(_Output):
             dead_lettered_at=_iso(run.dead_lettered_at),
             last_error=run.last_error,
             claim_epoch=run.claim_epoch,
+            throttled_ms=run.throttled_ms,
         )
 
 

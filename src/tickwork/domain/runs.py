@@ -235,6 +235,9 @@ class Run:
     # When a jittered or windowed occurrence was planned to fire (ADR 0022); None: at
     # `scheduled_for`, its nominal instant.
     planned_for: datetime | None = None
+    # How much later than its instant the occurrence was claimed because the global fire
+    # ceiling held it back (ms, ADR 0025); None: it was not throttled.
+    throttled_ms: int | None = None
 
 
 def run_state(run: Run, now: datetime) -> RunState:

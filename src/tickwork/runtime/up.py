@@ -351,6 +351,7 @@ def _scheduler(
         max_idle_ms=settings.max_idle_ms,
         lease_ttl_ms=settings.lease_ttl_ms,
         takeover_grace_ms=settings.takeover_grace_ms,
+        fire_ceiling=settings.fire_ceiling or None,  # 0: no ceiling
     )
     return SchedulerService(store, clock, config, dispatch, publish, keeper=keeper)
 

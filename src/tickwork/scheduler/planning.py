@@ -17,7 +17,9 @@ from tickwork.timing.shift import is_shifted, nominal_of, planned_of, window_sec
 from tickwork.timing.triggers import count_occurrences, latest_occurrence, next_occurrence
 
 
-def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> ClaimPlan:
+def plan_claim(
+    due: DueJob, now: datetime, *, epoch: int | None = None, throttled: bool = False
+) -> ClaimPlan:
     """Plan the claim of one due job: `_plan_nominal` on its nominal instant, then the job's
     next occurrence moved by its jitter (ADR 0022).
 
@@ -29,10 +31,14 @@ def plan_claim(due: DueJob, now: datetime, *, epoch: int | None = None) -> Claim
     """
     schedule = due.schedule
     if not is_shifted(schedule):
-        return _plan_nominal(due, now, epoch=epoch)
+        return _plan_nominal(due, now, epoch=epoch, throttled=throttled)
     nominal = nominal_of(schedule, due.next_run_at)
     plan = _plan_nominal(
-        replace(due, next_run_at=nominal), now, epoch=epoch, planned=due.next_run_at
+        replace(due, next_run_at=nominal),
+        now,
+        epoch=epoch,
+        planned=due.next_run_at,
+        throttled=throttled,
     )
     plan = replace(plan, expected_next_run_at=due.next_run_at)
     if not schedule.jitter_ms:
@@ -80,7 +86,12 @@ def _shifted(plan: ClaimPlan, due: DueJob, *, load: Mapping[int, int] | None) ->
 
 
 def _plan_nominal(
-    due: DueJob, now: datetime, *, epoch: int | None, planned: datetime | None = None
+    due: DueJob,
+    now: datetime,
+    *,
+    epoch: int | None,
+    planned: datetime | None = None,
+    throttled: bool = False,
 ) -> ClaimPlan:
     """Plan the claim of one due job (`due.next_run_at` may be slightly after `now` when the
     scheduler claims ahead; the fire itself then waits for its instant). `epoch` is the epoch
@@ -95,6 +106,9 @@ def _plan_nominal(
     skip fires nothing and moves on to the first occurrence after `now`.
     The plan names the range of occurrences folded or skipped (`missed_first`..`missed_last`,
     `coalesced` of them) for the claim to record in the occurrence ledger.
+
+    `throttled`: the occurrence waited because of the global fire ceiling, not a downtime
+    (`timing.pacing.held_back`): it fires as if on time, however late (ADR 0025).
     """
     # In UTC: arithmetic on an instant given in a zone with DST is wall-clock arithmetic in
     # Python, and inside a fall-back hour it planned a different occurrence (a property test
@@ -103,7 +117,7 @@ def _plan_nominal(
     schedule = due.schedule
     late = now - (due.next_run_at if planned is None else planned)
     policy = schedule.misfire
-    if late <= timedelta(milliseconds=schedule.misfire_grace_ms):
+    if throttled or late <= timedelta(milliseconds=schedule.misfire_grace_ms):
         return _plan(due, fire=due.next_run_at, coalesced=0, epoch=epoch)
     latest = latest_occurrence(schedule, at_or_before=now, not_before=due.next_run_at)
     latest = due.next_run_at if latest is None else latest

@@ -15,6 +15,12 @@ quarter of the takeover grace it also claims the overdue work of the partitions 
 hold whose owner is dead or stalled (ADR 0015, 0017), so that work waits about the grace, not a
 lease TTL, while a live owner that is merely behind (a burst) is left to catch up alone.
 Without a keeper it claims everything, unchecked (tools and tests).
+
+With a fire ceiling (`SchedulerConfig.fire_ceiling`, ADR 0025) each tick, and each takeover,
+claims at most what a token bucket at this scheduler's share of the ceiling holds (the ceiling
+times the share of the partitions it holds), in due order; when due work is left behind for
+want of tokens, the scheduler sleeps until enough have accrued, and the occurrences that waited
+because of it fire as if on time, their lateness recorded on the run as `throttled_ms`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
 from tickwork.scheduler.stall import StallWatch
 from tickwork.scheduler.window_load import WindowLoad
 from tickwork.store.base import DEFAULT_TAKEOVER_GRACE_MS, ClaimPlan, DueJob, ScheduleStore
+from tickwork.timing.pacing import FireBucket, ceiling_share, held_back, throttled_ms
 from tickwork.waiting import first_of
 
 log = logging.getLogger("tickwork.scheduler")
@@ -55,10 +62,14 @@ class SchedulerConfig:
     lease_ttl_ms: int = 60_000  # how long a fire stays ours without a heartbeat
     # A job this late may be claimed by any scheduler, whoever holds its partition (ADR 0015).
     takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS
+    # The cluster's most fires per second (ADR 0025); None: no ceiling, nothing paced.
+    fire_ceiling: float | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if self.fire_ceiling is not None and not self.fire_ceiling > 0:
+            raise ValueError("fire_ceiling must be > 0 (None: no ceiling)")
         if not 0 <= self.lookahead_ms <= self.max_idle_ms:
             raise ValueError("lookahead_ms must be between 0 and max_idle_ms")
 
@@ -75,6 +86,9 @@ class TickResult:
     # Every scheduled job before this instant was settled by this tick (see `settled_bound`);
     # None when the tick cannot vouch for any instant (a conflict, a skipped occurrence).
     settled_below: datetime | None = None
+    # The fire ceiling held this tick back: due work may be left behind for want of tokens
+    # (ADR 0025); the next tick waits for tokens instead of claiming at once.
+    throttled: bool = False
 
     @property
     def claimed(self) -> int:
@@ -114,6 +128,12 @@ class SchedulerService:
         self._windows = WindowLoad(store, monotonic=clock.monotonic_s)
         # How a tick that is behind shares its batch among tenants.
         self._fair = FairScan(store, monotonic=clock.monotonic_s)
+        # The fire ceiling's bucket (None: no ceiling) and since when (the `now` of the first
+        # tick that left due work behind for want of tokens) this scheduler is throttled.
+        self._bucket: FireBucket | None = None
+        self._throttled_since: datetime | None = None
+        if config.fire_ceiling is not None:
+            self._bucket = FireBucket(rate=self._share(None), at_s=clock.monotonic_s())
 
     @property
     def keeper(self) -> PartitionKeeper | None:
@@ -144,19 +164,34 @@ class SchedulerService:
         cfg = self._config
         horizon = now + timedelta(milliseconds=cfg.lookahead_ms)
         held = None if self._keeper is None else self._keeper.held_now()
+        limit = self._limit(held)
+        if limit == 0:  # no token left: nothing is claimed until some accrue
+            return TickResult(due=0, settled_below=not_before, throttled=True)
         started = time.perf_counter()
-        fair = self._fair.behind
-        due = await self._scan(horizon, not_before, held, now) if held is None or held else []
+        due, fair = (
+            await self._scan(horizon, not_before, held, now, limit)
+            if held is None or held
+            else ([], False)
+        )
         metrics.DUE_SCAN_SECONDS.observe(time.perf_counter() - started)
+        # A shared scan (behind) is full while more is due than it took.
+        full = self._fair.behind if fair else len(due) == limit
+        throttled = full and limit < cfg.batch_size  # the bucket, not the batch, cut it off
         if not due:
+            self._throttled_since = None  # caught up: nothing due is left behind
             return TickResult(due=0, scanned_to=horizon, settled_below=horizon)
-        plans = [plan_claim(job, now, epoch=_epoch_of(job, held)) for job in due]
+        # The plans of this scan still see the throttling the earlier ticks found: the last
+        # jobs a throttled scheduler catches up with waited for the ceiling too.
+        plans = [self._plan(job, now, _epoch_of(job, held)) for job in due]
         plans = await self._windows.place(plans, due, now)
         fires, handed_off, refused = await self._claim(plans, now)
         self._recent.append((self._clock.monotonic_s(), len(fires) + len(handed_off)))
+        if not full:
+            self._throttled_since = None  # caught up: nothing due is left behind
+        elif throttled and self._throttled_since is None:
+            self._throttled_since = now
         planned = sum(p.scheduled_for is not None for p in plans)
         conflicts = planned - len(fires) - len(handed_off)
-        full = self._fair.behind if fair else len(due) == cfg.batch_size
         # A full scan reached only as far as its last job; more may be due at that instant.
         # A shared one (behind) took jobs from each tenant's own order: it vouches for none.
         reach = None if fair else due[-1].next_run_at if full else horizon
@@ -171,6 +206,7 @@ class SchedulerService:
             settled_below=None
             if reach is None
             else settled_bound(plans, reach, conflicts=conflicts),
+            throttled=throttled,
         )
         _record(due, plans, result)
         return result
@@ -181,17 +217,60 @@ class SchedulerService:
         not_before: datetime | None,
         held: Mapping[int, int] | None,
         now: datetime,
-    ) -> list[DueJob]:
-        """The due jobs of this tick: in time order while the scheduler keeps up, else a batch
-        shared fairly among the tenants (scheduler/fair_scan.py)."""
-        batch = self._config.batch_size
-        if self._fair.behind:
-            return await self._fair.scan(horizon, batch, not_before=not_before, partitions=held)
-        due = await self._store.due_jobs(horizon, batch, not_before=not_before, partitions=held)
-        self._fair.notice(due, batch, now)
-        if self._fair.behind:  # more is due than a batch: share this one already
-            return await self._fair.scan(horizon, batch, not_before=not_before, partitions=held)
-        return due
+        batch: int,
+    ) -> tuple[list[DueJob], bool]:
+        """The due jobs of this tick, at most `batch`, and whether they are a shared batch:
+        in time order while the scheduler keeps up, else shared fairly among the tenants
+        (scheduler/fair_scan.py)."""
+        fair = self._fair
+        if not fair.behind:
+            due = await self._store.due_jobs(horizon, batch, not_before=not_before, partitions=held)
+            fair.notice(due, batch, now)
+            if not fair.behind:
+                return due, False
+            # More is due than a batch: share this one already.
+        shared = await fair.scan(horizon, batch, not_before=not_before, partitions=held)
+        return shared, True
+
+    def _share(self, held: Mapping[int, int] | None) -> float:
+        """This scheduler's share of the fire ceiling, in fires per second: the ceiling in
+        proportion to the partitions it holds (without a keeper, all of it)."""
+        ceiling = self._config.fire_ceiling
+        assert ceiling is not None
+        if self._keeper is None:
+            return ceiling
+        return ceiling_share(ceiling, len(held or {}), self._store.partition_count())
+
+    def _limit(self, held: Mapping[int, int] | None) -> int:
+        """How many jobs this tick may claim: a batch, or fewer under the fire ceiling."""
+        bucket = self._bucket
+        if bucket is None:
+            return self._config.batch_size
+        share = self._share(held)
+        bucket.set_rate(share, self._clock.monotonic_s())
+        metrics.CEILING_SHARE.set(share)
+        return min(self._config.batch_size, max(bucket.available(self._clock.monotonic_s()), 0))
+
+    def _plan(self, job: DueJob, now: datetime, epoch: int | None) -> ClaimPlan:
+        """plan_claim, and under the fire ceiling the occurrences it held back: they fire as
+        if on time, with how late the ceiling made them (ADR 0025)."""
+        since = self._throttled_since
+        grace = job.schedule.misfire_grace_ms
+        if not held_back(job.next_run_at, throttled_since=since, grace_ms=grace):
+            return plan_claim(job, now, epoch=epoch)
+        assert since is not None
+        plan = plan_claim(job, now, epoch=epoch, throttled=True)
+        late = throttled_ms(job.next_run_at, now, throttled_since=since)
+        return plan if late is None else replace(plan, throttled_ms=late)
+
+    def pace_wait_s(self) -> float:
+        """How long a throttled scheduler sleeps: until a quarter of the bucket (50 ms of its
+        share) has accrued, so a tick claims a handful of fires, not one (0.0: no ceiling)."""
+        bucket = self._bucket
+        if bucket is None:
+            return 0.0
+        step = max(1, min(self._config.batch_size, int(bucket.capacity / 4)))
+        return min(bucket.wait_s(step, self._clock.monotonic_s()), self._config.max_idle_ms / 1000)
 
     async def _claim(
         self, plans: Sequence[ClaimPlan], now: datetime
@@ -225,7 +304,17 @@ class SchedulerService:
                 refused,
                 extra={"action": "stale_epoch_refused"},
             )
+        if self._bucket is not None:
+            self._spend(plans, [*fired, *handed])
         return fired, handed, refused
+
+    def _spend(self, plans: Sequence[ClaimPlan], claimed: Sequence[Fire | Envelope]) -> None:
+        """Take a token per occurrence claimed, and count those the ceiling held back."""
+        assert self._bucket is not None
+        self._bucket.take(len(claimed), self._clock.monotonic_s())
+        held_back_ids = {p.job_id for p in plans if p.throttled_ms is not None}
+        if held_back_ids:
+            metrics.THROTTLED_FIRES.inc(sum(c.job_id in held_back_ids for c in claimed))
 
     async def take_over(self, now: datetime | None = None) -> TickResult:
         """Claim the overdue work (due before `now` - takeover grace) of the partitions this
@@ -252,7 +341,10 @@ class SchedulerService:
         late = [p for p in sorted(eligible) if p in heads and heads[p].due_at <= cutoff]
         if not late:
             return TickResult(due=0)
-        due = await self._store.due_jobs(cutoff, self._config.batch_size, partitions=late)
+        limit = self._limit(self._keeper.held_now())  # the ceiling's tokens count here too
+        if limit == 0:
+            return TickResult(due=0)
+        due = await self._store.due_jobs(cutoff, limit, partitions=late)
         if not due:
             return TickResult(due=0)
         plans = [plan_claim(job, now, epoch=NO_EPOCH) for job in due]
@@ -332,6 +424,11 @@ class SchedulerService:
             if taken.handed_off and self._publish is not None:
                 await publishing.send(taken.handed_off)
             floor = result.settled_below
+            if result.throttled:  # more are due, but the ceiling's tokens ran out
+                delay = min(self.pace_wait_s(), self._until_takeover_scan())
+                if await _wait_any(changed, stop, delay, also=self._keeper_changed()):
+                    floor = None
+                return floor
             if result.full_batch:
                 return floor  # more are due right now
             delay = min(

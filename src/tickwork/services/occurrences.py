@@ -171,6 +171,11 @@ def summary(
     """One line saying what happened or will happen to the occurrence, and why."""
     when = utc_iso(occurrence)
     outcome = Outcome.UNKNOWN if entry is None else entry.outcome
+    if outcome is Outcome.THROTTLED and run is not None:
+        return (
+            f"fired {run.throttled_ms} ms after {when}: the global fire ceiling held it back"
+            f" (run {run.id}, {_run_state(run, attempts)}; throttling, not a miss)"
+        )
     if outcome in (Outcome.FIRED, Outcome.DEAD_LETTERED, Outcome.CANCELLED) and run is not None:
         if run.origin is RunOrigin.CATCHUP:
             return (
@@ -202,8 +207,6 @@ def summary(
             note = f" (note: {job.pause_note})" if job.pause_note else ""
             return f"will not fire at {when} while the job is paused{note}"
         return "skipped: the job was paused, and resumed without catching up"
-    if outcome is Outcome.THROTTLED:
-        return "skipped: throttled"
     if outcome is Outcome.SCHEDULED and entry is not None and entry.catchup_id is not None:
         return (
             f"missed while the scheduler was down; catch-up {entry.catchup_id} will fire it"

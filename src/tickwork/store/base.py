@@ -141,6 +141,9 @@ class ClaimPlan:
     catchup_first: datetime | None = None
     catchup_last: datetime | None = None
     catchup_total: int = 0
+    # How much later than its instant the occurrence is claimed because of the global fire
+    # ceiling (ADR 0025), in ms, recorded on its run (`Run.throttled_ms`); None: not throttled.
+    throttled_ms: int | None = None
 
     @property
     def planned_for(self) -> datetime | None:
@@ -155,13 +158,15 @@ class ClaimPlan:
     @property
     def plain(self) -> bool:
         """No policy work for the claim beyond its compare-and-set and advance: no ledger
-        range, no catch-up, no overlap look-up (allow, or nothing fired), no skip target. A
+        range, no catch-up, no overlap look-up (allow, or nothing fired), no skip target, no
+        throttling to record. A
         burst's plans are all plain, and the PostgreSQL store claims such batches with a
         leaner statement (ADR 0021): a field added here that needs claim-time work must make
         a plan not plain."""
         return (
             self.missed_first is None
             and self.catchup_first is None
+            and self.throttled_ms is None
             and self.next_if_skipped is None
             and (self.overlap is OverlapPolicy.ALLOW or self.scheduled_for is None)
         )

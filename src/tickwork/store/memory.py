@@ -388,7 +388,12 @@ class MemoryStore:
                 now,
             )
             if run is not None:
-                run = replace(run, claim_epoch=lease.epoch, planned_for=plan.planned_for)
+                run = replace(
+                    run,
+                    claim_epoch=lease.epoch,
+                    planned_for=plan.planned_for,
+                    throttled_ms=plan.throttled_ms,
+                )
                 self._runs[run.id] = run
                 if plan.overlap is not OverlapPolicy.ALLOW:
                     self._guarded.add(run.id)

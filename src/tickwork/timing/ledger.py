@@ -6,11 +6,12 @@ test can compare it with what the schedule implies.
 
 Every occurrence the job's schedule implies in the window gets exactly one entry:
 
-- its run (origin schedule or catchup, keyed by the nominal instant): `fired`, or
+- its run (origin schedule or catchup, keyed by the nominal instant): `fired` (`throttled`
+  when the global fire ceiling held it back: its run records `throttled_ms`), or
   `dead_lettered` / `cancelled` by the run's state;
 - else the ledger range holding it (one entry per range, `count` occurrences from `at` to
   `last`): `skipped_overlap`, `skipped_misfire`, `coalesced_into` (`run_id` the run fired
-  instead), `paused`, `throttled`;
+  instead), `paused`;
 - else the job's catch-up backfill holding it (misfire fire_all: missed within the
   catchup_window, not enqueued yet): `scheduled`, with a reason naming the catch-up, or
   `skipped_misfire` if that catch-up was cancelled;
@@ -74,7 +75,7 @@ REASONS: dict[Outcome, str] = {
     Outcome.COALESCED_INTO: "missed past the misfire grace; one run fired for the latest"
     " (misfire policy coalesce)",
     Outcome.PAUSED: "the job was paused",
-    Outcome.THROTTLED: "throttled",
+    Outcome.THROTTLED: "fired late: the global fire ceiling held it back (throttling, not a miss)",
     Outcome.SCHEDULED: "the schedule will fire it",
     Outcome.UNKNOWN: "nothing is recorded for it (its history may have been pruned)",
 }
@@ -106,6 +107,8 @@ def run_outcome(run: Run) -> Outcome:
         return Outcome.CANCELLED
     if run.status is RunStatus.FAILED and run.dead_lettered_at is not None:
         return Outcome.DEAD_LETTERED
+    if run.throttled_ms is not None:  # fired, later than its instant because of the ceiling
+        return Outcome.THROTTLED
     return Outcome.FIRED
 
 
@@ -145,6 +148,11 @@ def _run_reason(run: Run) -> str:
         return _BY_ORIGIN[RunOrigin.CATCHUP]
     if run.coalesced:
         return f"fired for itself and {run.coalesced} missed before it (misfire policy coalesce)"
+    if run.throttled_ms is not None and run_outcome(run) is Outcome.THROTTLED:
+        return (
+            f"fired {run.throttled_ms} ms late: the global fire ceiling held it back"
+            " (throttling, not a miss)"
+        )
     return REASONS[run_outcome(run)]
 
 

@@ -838,6 +838,7 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
     catchup_first: list[int | None] = []
     catchup_last: list[int | None] = []
     catchup_totals: list[int | None] = []
+    throttled: list[int | None] = []
     for plan in plans:
         completed = plan.new_next_run_at is None
         ids.append(plan.job_id)
@@ -860,6 +861,7 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         catchup_first.append(rows.us_or_none(plan.catchup_first))
         catchup_last.append(rows.us_or_none(plan.catchup_last))
         catchup_totals.append(plan.catchup_total if plan.catchup_first is not None else None)
+        throttled.append(plan.throttled_ms)
     return {
         # The optional columns travel empty when no plan of the batch uses them (an on-time
         # batch): nothing to encode, send or unnest (unnest pads them with NULLs).
@@ -871,6 +873,7 @@ def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
         "catchup_first_us": _or_empty(catchup_first),
         "catchup_last_us": _or_empty(catchup_last),
         "catchup_totals": _or_empty(catchup_totals),
+        "throttled_ms": _or_empty(throttled),
         "epochs": epochs,
         "ids": ids,
         "fences": fences,

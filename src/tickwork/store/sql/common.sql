@@ -21,7 +21,7 @@ window_ms
 -- Every column of tw_runs that rows.run_from_row reads.
 id, job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced, created_us,
 started_us, finished_us, http_status, error, dead_lettered_us, last_error, claim_epoch,
-lease_owner, lease_until_us, planned_us
+lease_owner, lease_until_us, planned_us, throttled_ms
 
 -- fragment: attempt_columns
 -- Every column of tw_attempts (rows.attempt_from_row).

@@ -153,19 +153,20 @@ WITH plan AS (
                          :missed_first_us::bigint[], :missed_last_us::bigint[],
                          :overlaps::text[], :skip_next_us::bigint[], :missed_counts::bigint[],
                          :catchup_first_us::bigint[], :catchup_last_us::bigint[],
-                         :catchup_totals::bigint[])
+                         :catchup_totals::bigint[], :throttled_ms::bigint[])
         AS p(id, fence, expected_us, new_next_us, new_state, fired_us, coalesced, key, epoch,
              missed_first_us, missed_last_us, overlap, skip_next_us, missed_count,
-             catchup_first_us, catchup_last_us, catchup_total)
+             catchup_first_us, catchup_last_us, catchup_total, throttled_ms)
 )
 
 -- fragment: claim_plan_plain
--- A plain batch's plans: nine arrays; the policy columns are NULL for every plan.
+-- A plain batch's plans: nine arrays; the policy columns are NULL for every plan (and so is
+-- throttled_ms: a plan the fire ceiling held back is not plain, ADR 0025).
 WITH plan AS (
     SELECT p.*, NULL::bigint AS missed_first_us, NULL::bigint AS missed_last_us,
            NULL::text AS overlap, NULL::bigint AS skip_next_us, NULL::bigint AS missed_count,
            NULL::bigint AS catchup_first_us, NULL::bigint AS catchup_last_us,
-           NULL::bigint AS catchup_total
+           NULL::bigint AS catchup_total, NULL::bigint AS throttled_ms
     FROM unnest(:ids::text[], :fences::bigint[], :expected_us::bigint[],
                 :new_next_us::bigint[], :new_states::text[], :fired_us::bigint[],
                 :coalesced::int[], :keys::text[], :epochs::bigint[])
@@ -233,7 +234,7 @@ claimed AS (
     RETURNING j.id, j.fence_token, l.fired_us, l.coalesced, l.key, l.lease_epoch,
               l.missed_first_us, l.missed_last_us, l.missed_count, l.catchup_first_us,
               l.catchup_last_us, l.catchup_total, l.verdict, l.blocker,
-              CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded,
+              CASE WHEN l.overlap IS NULL THEN 0 ELSE 1 END AS guarded, l.throttled_ms,
               -- A jittered or windowed occurrence (ADR 0022) was planned after its nominal
               -- instant: the job's next_run_us it was due at. NULL: fire at the instant.
               CASE WHEN l.expected_us > l.fired_us THEN l.expected_us END AS planned_us
@@ -326,9 +327,9 @@ catchups AS (
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
-                         guarded, planned_us)
+                         guarded, planned_us, throttled_ms)
     SELECT id, key, 'schedule', fired_us, 'pending', 1, fence_token, coalesced, :owner,
-           :lease_until, :now, lease_epoch, guarded, planned_us
+           :lease_until, :now, lease_epoch, guarded, planned_us, throttled_ms
     FROM claimed WHERE fired_us IS NOT NULL AND verdict IN ('fire', 'cancel')
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt, planned_us
@@ -379,10 +380,10 @@ held AS (
 inserted AS (
     INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
                          coalesced, lease_owner, lease_until_us, created_us, claim_epoch,
-                         guarded, planned_us)
+                         guarded, planned_us, throttled_ms)
     SELECT id, key, 'schedule', fired_us, 'pending', 0, fence_token, coalesced, NULL,
            CASE WHEN verdict = 'hold' THEN :held ELSE coalesce(planned_us, fired_us) END,
-           :now, lease_epoch, guarded, planned_us
+           :now, lease_epoch, guarded, planned_us, throttled_ms
     FROM claimed WHERE fired_us IS NOT NULL AND verdict <> 'skip'
     ON CONFLICT (key) DO NOTHING
     RETURNING id, job_id, key, scheduled_us, fence_token, attempt, lease_until_us

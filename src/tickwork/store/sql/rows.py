@@ -425,6 +425,7 @@ def run_from_row(row: Row) -> Run:
         lease_owner=row["lease_owner"],
         lease_until=dt_or_none(row["lease_until_us"]),
         planned_for=dt_or_none(row["planned_us"]),
+        throttled_ms=row["throttled_ms"],
     )
 
 

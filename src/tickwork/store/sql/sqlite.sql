@@ -112,9 +112,10 @@ WHERE id = :id AND state = 'scheduled' AND fence_token = :fence AND next_run_us 
 -- The run of an in-process claim: leased to the claimer at attempt 1 (nothing if the
 -- occurrence already has a run: it never fires twice).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, planned_us)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, planned_us,
+                     throttled_ms)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 1, :fence, :coalesced,
-        :owner, :lease_until, :now, :lease_epoch, :guarded, :planned_us)
+        :owner, :lease_until, :now, :lease_epoch, :guarded, :planned_us, :throttled_ms)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -142,9 +143,11 @@ FROM tw_jobs WHERE id = :job_id
 -- the instant its jitter or window planned it at (:planned_us; the worker's lease makes it
 -- attempt 1).
 INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, planned_us)
+                     lease_owner, lease_until_us, created_us, claim_epoch, guarded, planned_us,
+                     throttled_ms)
 VALUES (:job_id, :key, 'schedule', :fired_us, 'pending', 0, :fence, :coalesced,
-        NULL, coalesce(:planned_us, :fired_us), :now, :lease_epoch, :guarded, :planned_us)
+        NULL, coalesce(:planned_us, :fired_us), :now, :lease_epoch, :guarded, :planned_us,
+        :throttled_ms)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 

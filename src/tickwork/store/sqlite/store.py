@@ -774,6 +774,7 @@ def _claimed_runs(
             continue
         key = occurrence_key(plan.job_id, scheduled_for)
         params.update(fence=claimed["fence_token"], key=key, coalesced=plan.coalesced)
+        params["throttled_ms"] = plan.throttled_ms
         params.update(lease_epoch=claimed["lease_epoch"], fired_us=to_us(scheduled_for))
         if _apply_overlap(conn, decision, params):
             # Skipped or held back: no fire now. Occurrences folded into a skipped one are
