@@ -7,9 +7,10 @@ rules are here, with no I/O, so the API, the CLI's messages and the stores agree
 `check_limits` refuses a value naming `limits.<field>` and saying what to give instead, and
 `merged` applies a partial update (a field set to None removes that limit).
 
-What is enforced today: `max_jobs` (when a job is created or moved to the tenant) and
-`max_api_rps` (per API process). `max_fires_per_s`, `max_concurrent_runs` and `weight` are
-validated, stored and shown, but not enforced yet.
+What is enforced today: `max_jobs` (when a job is created or moved to the tenant),
+`max_api_rps` (per API process) and `max_concurrent_runs` (across the cluster, by the lease
+statements: domain/concurrency.py, ADR 0024). `max_fires_per_s` and `weight` are validated,
+stored and shown, but not enforced yet.
 """
 
 from __future__ import annotations

@@ -658,6 +658,9 @@ class MemoryStore:
             expired = free[:limit]
         return [self._lease(run_id, owner, lease_until, now) for run_id in expired]
 
+    async def concurrency_caps(self) -> Mapping[str, int]:
+        return self._run_caps()
+
     def _run_caps(self) -> dict[str, int]:
         return caps_of((t.tenant, t.limits) for t in self._tenants.values())
 

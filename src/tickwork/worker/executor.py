@@ -44,11 +44,9 @@ from datetime import UTC, datetime, timedelta
 
 from tickwork import metrics
 from tickwork.clock import Clock
-from tickwork.domain.concurrency import caps_of
 from tickwork.domain.jobs import TaskTarget
 from tickwork.domain.runs import Fire, RunOutcome, RunStatus
 from tickwork.store.base import ScheduleStore
-from tickwork.store.run_caps import RunCaps
 from tickwork.timing.outage import outage_pause_s
 from tickwork.waiting import first_of
 from tickwork.worker.admission import Admission, Lane, Pool, PoolLimits, origin_of, tenant_cap
@@ -161,17 +159,11 @@ class Executor:
         self._heartbeat = timedelta(milliseconds=config.heartbeat_ms)
         self._retry_listeners: list[Callable[[datetime], None]] = []
         self._random = random.Random().random  # backoff jitter; tests may replace it
-        # The tenants' max_concurrent_runs (ADR 0024), read at most once per second (a small
-        # read of the tenants; none with a cap: nothing changes here).
-        self._run_caps = RunCaps(self._read_run_caps, monotonic=clock.monotonic_s)
-
-    async def _read_run_caps(self) -> dict[str, int]:
-        return caps_of((t.tenant, t.limits) for t in await self._store.list_tenants())
 
     async def refresh_run_caps(self) -> None:
-        """Apply the tenants' current max_concurrent_runs to what starts next (a cap that
-        rose may let parked fires start now)."""
-        caps = dict(await self._run_caps.current())
+        """Apply the tenants' current max_concurrent_runs (ADR 0024; the store's cache, at
+        most a second old) to what starts next: a cap that rose may let parked fires start."""
+        caps = dict(await self._store.concurrency_caps())
         self._admission.set_run_caps(caps)
         self._start_runners()
 

@@ -476,6 +476,9 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         found = await self._query(self._sql.list_nodes, {"all": include_gone})
         return [rows.node_from_row(r) for r in found]
 
+    async def concurrency_caps(self) -> Mapping[str, int]:
+        return await self._run_caps.current()
+
     async def lease_runs(
         self,
         *,

@@ -370,6 +370,9 @@ class SqliteStore(SqlReads, SqlBackfillReads):
             lambda conn: conn.execute(SQL.prune_backfills.text, params).rowcount
         )
 
+    async def concurrency_caps(self) -> Mapping[str, int]:
+        return await self._run_caps.current()
+
     async def lease_runs(
         self,
         *,
