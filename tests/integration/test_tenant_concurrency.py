@@ -1,6 +1,8 @@
 """A tenant's `max_concurrent_runs` holds across the cluster (issue 21, ADR 0024).
 
-1 API, 1 scheduler and 2 workers, real processes on PostgreSQL with the table queue. Tenant
+1 API, 1 scheduler and 2 workers, real processes on PostgreSQL with the table queue, NATS or
+Redis between them (behind a queue, a message whose tenant is full is acked and its run is
+leased later from the store, ADR 0024). Tenant
 `capped` has max_concurrent_runs = 3 and 30 one-shot webhook jobs due at the same instant,
 against a receiver that holds each request open until the test releases it: whichever worker
 leases them, the receiver never holds more than 3 at once, each released slot is taken by the
@@ -46,16 +48,25 @@ class PeakReceiver(Receiver):
         return await super()._handle(request)
 
 
+@pytest.fixture(params=["table", "nats", "redis"])
+def queue(request: pytest.FixtureRequest) -> str:
+    if request.param == "table":
+        return ""
+    fixture = "restartable_nats" if request.param == "nats" else "restartable_redis"
+    return str(request.getfixturevalue(fixture).url)
+
+
 async def test_a_capped_tenant_never_runs_more_than_its_cap_across_two_workers(
-    pg_dsn: str,
+    pg_dsn: str, queue: str
 ) -> None:
     receiver = await PeakReceiver(hold={HELD: CAPPED_RUNS}).start()
+    env = {"TICKWORK_QUEUE_URL": queue}
     try:
         async with AsyncExitStack() as stack:
             api, *_ = await asyncio.gather(
                 start(stack, pg_dsn, "api"),
-                start(stack, pg_dsn, "scheduler"),
-                *(start(stack, pg_dsn, "worker", TICKWORK_NODE_ID=f"w{n}") for n in (1, 2)),
+                start(stack, pg_dsn, "scheduler", **env),
+                *(start(stack, pg_dsn, "worker", TICKWORK_NODE_ID=f"w{n}", **env) for n in (1, 2)),
             )
             await create_jobs(api, receiver)
             try:
