@@ -149,3 +149,11 @@ async def test_concurrent_leases_from_many_stores_never_pass_the_cap(
     leased = [f for found in await asyncio.gather(*calls) for f in found]
     assert len(leased) == 3
     assert len({f.run_id for f in leased}) == 3
+
+
+async def test_a_stale_envelope_takes_no_room(store: ScheduleStore) -> None:
+    await store.create_tenant("acme", now=T0, limits=TenantLimits(max_concurrent_runs=1))
+    first, second = await _runs(store, "acme", 1, 2)
+    pairs = [(first.run_id, first.fence_token + 5), (second.run_id, second.fence_token)]
+    [leased] = await store.lease_fenced_runs(pairs, owner="w1", lease_until=UNTIL, now=T0)
+    assert leased.run_id == second.run_id

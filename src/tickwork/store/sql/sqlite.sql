@@ -202,9 +202,9 @@ WHERE r.status = 'pending' AND r.lease_until_us <= :now
 ORDER BY r.lease_until_us LIMIT :limit
 
 -- name: tenants_of_runs
--- The tenant of each run of :ids (a JSON list) still pending (a lease by fence, while some
--- tenant has max_concurrent_runs).
-SELECT r.id, j.tenant FROM tw_runs r JOIN tw_jobs j ON j.id = r.job_id
+-- The fence and tenant of each run of :ids (a JSON list) still pending (a lease by fence,
+-- while some tenant has max_concurrent_runs).
+SELECT r.id, r.fence_token, j.tenant FROM tw_runs r JOIN tw_jobs j ON j.id = r.job_id
 WHERE r.id IN (SELECT value FROM json_each(:ids)) AND r.status = 'pending'
 
 -- name: refuse_for_cap

@@ -668,7 +668,7 @@ def _lease_view(found: Sequence[sqlite3.Row]) -> LeaseView:
     return LeaseView(now=now, leases=tuple(rows.lease_from_row(r) for r in found))
 
 
-def _running(conn: sqlite3.Connection, caps: Mapping[str, int], now_us: int) -> dict[str, int]:
+def _room(conn: sqlite3.Connection, caps: Mapping[str, int], now_us: int) -> dict[str, int]:
     """The room each capped tenant has at `now_us` (cap minus its runs going)."""
     tenants = json.dumps(sorted(caps))
     found = conn.execute(SQL.running_by_tenant.text, {"tenants": tenants, "now": now_us})
@@ -680,7 +680,7 @@ def _runs_within_caps(
 ) -> list[sqlite3.Row]:
     """runs_to_lease while some tenant has max_concurrent_runs (ADR 0024): the runs of the
     tenants at their cap are not read; of the others' a capped tenant gets its room."""
-    room = _running(conn, caps, chosen["now"])
+    room = _room(conn, caps, chosen["now"])
     full = json.dumps(sorted(t for t, left in room.items() if left <= 0))
     found = conn.execute(SQL.runs_to_lease_capped.text, {**chosen, "full": full}).fetchall()
     keep = set(pick_within_caps([(r["id"], r["tenant"]) for r in found], room, len(found)))
@@ -695,14 +695,15 @@ def _fenced_within_caps(
 ) -> list[dict[str, Any]]:
     """The lease-by-fence pairs a capped tenant has room for, in their order; the others stay
     pending, unowned, and become leasable by lease_runs (refuse_for_cap)."""
-    room = _running(conn, caps, to_us(now))
+    room = _room(conn, caps, to_us(now))
     ids = json.dumps([p["id"] for p in params])
-    tenant_of = {
-        row["id"]: row["tenant"] for row in conn.execute(SQL.tenants_of_runs.text, {"ids": ids})
-    }
+    found = conn.execute(SQL.tenants_of_runs.text, {"ids": ids})
+    tenant_of = {(row["id"], row["fence_token"]): row["tenant"] for row in found}
     chosen = []
     for p in params:
-        tenant = tenant_of.get(p["id"])
+        tenant = tenant_of.get((p["id"], p["fence"]))
+        if tenant is None:
+            continue  # finished or superseded: it leases nothing, and takes no room
         if tenant in room:
             if room[tenant] <= 0:
                 conn.execute(SQL.refuse_for_cap.text, {"id": p["id"], "fence": p["fence"]})
