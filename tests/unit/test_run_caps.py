@@ -19,6 +19,7 @@ from tickwork.store.run_caps import RunCaps
 from tickwork.worker.admission import Admission, Lane, Pool, PoolLimits
 from tickwork.worker.base import Attempt
 from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from .test_executor_backlog import T0
 
@@ -151,3 +152,34 @@ async def test_an_in_process_claim_s_fires_run_within_the_tenant_cap() -> None:
     await executor.drain()
     assert len(runner.started) == 8
     assert runner.peak == {"a": 2, "b": 3}
+
+
+async def test_a_leaser_blocked_by_a_cap_backs_off_and_resumes_when_a_slot_frees() -> None:
+    store = MemoryStore()
+    clock = ManualClock(T0)
+    await store.create_tenant("a", now=T0, limits=TenantLimits(max_concurrent_runs=1))
+    job = Job(
+        id="a1", name="a1", tenant="a", state=JobState.PAUSED, next_run_at=None,
+        schedule=Schedule(trigger=EveryTrigger(interval_ms=60_000, anchor=T0)),
+        target=WebhookTarget(url="http://a.example/hook"), created_at=T0, updated_at=T0,
+    )  # fmt: skip
+    await store.create_job(job)
+    for _ in range(3):
+        await store.add_manual_run(job.id, now=T0)
+    runner = Peak()
+    executor = Executor(store, clock, runner, ExecutorConfig(node_id="w1"))
+    leaser = StoreLeaser(store, clock, executor, LeaserConfig(node_id="w1", pause_ms=20))
+    ms = timedelta(milliseconds=1)
+    first = await leaser.run_once()
+    assert first.started == 1
+    # The others are free but held back by the cap: each round waits longer, up to 100 ms.
+    waits = [(await leaser.run_once()).next_lease_at for _ in range(4)]
+    assert waits == [T0 + 40 * ms, T0 + 80 * ms, T0 + 100 * ms, T0 + 100 * ms]
+    runner.opened.set()
+    await executor.drain()  # the running one finishes: its outcome frees the slot
+    again = await leaser.run_once()
+    assert again.started == 1
+    assert again.next_lease_at is not None
+    assert again.next_lease_at <= T0  # it leased: the next round comes after the usual pause
+    blocked = await leaser.run_once()  # the last one waits again, backing off from the start
+    assert blocked.next_lease_at == T0 + 40 * ms
