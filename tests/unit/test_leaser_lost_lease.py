@@ -45,6 +45,7 @@ class LostLeaseReply(MemoryStore):
         lease_until: datetime,
         limit: int,
         hand_offs_by: datetime | None = None,
+        fresh_from: datetime | None = None,
     ) -> list[Fire]:
         if not self.fail_next:
             return await super().lease_runs(
@@ -53,6 +54,7 @@ class LostLeaseReply(MemoryStore):
                 owner=owner,
                 lease_until=lease_until,
                 limit=limit,
+                fresh_from=fresh_from,
             )
         self.fail_next = False
         if self.commit:
@@ -62,6 +64,7 @@ class LostLeaseReply(MemoryStore):
                 owner=owner,
                 lease_until=lease_until,
                 limit=limit,
+                fresh_from=fresh_from,
             )
         raise StoreError("PostgreSQL error while leasing: connection lost")
 

@@ -42,12 +42,18 @@ class MeetingStore(MemoryStore):
         lease_until: datetime,
         limit: int,
         hand_offs_by: datetime | None = None,
+        fresh_from: datetime | None = None,
     ) -> list[Fire]:
         if self.finishing.is_set() and not self.met:
             self.leasing.set()
             self.met = True
         return await super().lease_runs(
-            now=now, hand_offs_by=hand_offs_by, owner=owner, lease_until=lease_until, limit=limit
+            now=now,
+            hand_offs_by=hand_offs_by,
+            owner=owner,
+            lease_until=lease_until,
+            limit=limit,
+            fresh_from=fresh_from,
         )
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
@@ -106,9 +112,15 @@ class CountingLeases(MemoryStore):
         lease_until: datetime,
         limit: int,
         hand_offs_by: datetime | None = None,
+        fresh_from: datetime | None = None,
     ) -> list[Fire]:
         fires = await super().lease_runs(
-            now=now, hand_offs_by=hand_offs_by, owner=owner, lease_until=lease_until, limit=limit
+            now=now,
+            hand_offs_by=hand_offs_by,
+            owner=owner,
+            lease_until=lease_until,
+            limit=limit,
+            fresh_from=fresh_from,
         )
         self.leased += len(fires)
         self.batches.append(len(fires))

@@ -55,7 +55,10 @@ MaxConcurrentRuns = Annotated[
     int | None,
     Field(strict=True, **_whole_bounds("max_concurrent_runs")),
     BeforeValidator(_whole),
-    Field(description="the tenant's runs running at once: stored and shown, not enforced yet"),
+    Field(
+        description="the most of the tenant's runs running at once across the cluster: over it,"
+        " its runs wait pending in the queue and start as slots free"
+    ),
 ]
 MaxApiRps = Annotated[
     float | None,

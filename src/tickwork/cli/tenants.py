@@ -145,7 +145,7 @@ MaxRunsOpt = Annotated[
     int | None,
     typer.Option(
         "--max-concurrent-runs",
-        help="its runs running at once (stored and shown, not enforced yet)",
+        help="the most of its runs running at once across the cluster (the others wait)",
         show_default=False,
     ),
 ]

@@ -622,6 +622,20 @@ class LeaseStore(Protocol):
         """
         ...
 
+    async def concurrency_caps(self) -> Mapping[str, int]:
+        """{tenant: max_concurrent_runs} of the tenants that have that limit (empty: none has).
+        The SQL stores read it at most once a second (store/run_caps.py) and drop it when a
+        tenant's limits change through them; the lease statements take their capped forms
+        only while it is not empty, and apply it in their own transaction (ADR 0024):
+
+        `lease_runs` and `lease_fenced_runs` lease, of a capped tenant's runs, at most its
+        room: its cap minus its runs going at `now` (pending, owner set, lease live), so that
+        its running runs never pass the cap whoever leases. The others stay pending, unowned,
+        at the same fence and attempt. A run `lease_fenced_runs` leaves for its tenant's cap
+        is no longer in flight: `lease_runs` leases it once free at `now`, whatever
+        `hand_offs_by` says (its lease end moves one microsecond past its instant)."""
+        ...
+
     async def leasable_runs(self, now: datetime) -> int:
         """How many pending runs a worker could lease at `now` (the table queue's depth)."""
         ...

@@ -21,6 +21,7 @@ from tickwork.domain.backfills import (
     RunningBackfill,
     catchup_backfill,
 )
+from tickwork.domain.concurrency import caps_of, pick_within_caps, room_left
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
@@ -708,16 +709,41 @@ class MemoryStore:
         ]
         if fresh_from is not None:  # those free since fresh_from first (a stable sort)
             free.sort(key=lambda pair: pair[1] < fresh_from)
-        expired = [run_id for run_id, _ in free][:limit]
+        free_ids = [run_id for run_id, _ in free]
+        caps = self._run_caps()
+        if caps:  # max_concurrent_runs: a capped tenant's runs only up to its room
+            room = room_left(caps, self._running_by_tenant(now))
+            pairs = [(i, self._tenant_of_run(i)) for i in free_ids]
+            expired = pick_within_caps(pairs, room, limit)
+        else:
+            expired = free_ids[:limit]
         return [self._lease(run_id, owner, lease_until, now) for run_id in expired]
+
+    async def concurrency_caps(self) -> Mapping[str, int]:
+        return self._run_caps()
+
+    def _run_caps(self) -> dict[str, int]:
+        return caps_of((t.tenant, t.limits) for t in self._tenants.values())
+
+    def _tenant_of_run(self, run_id: int) -> str:
+        return self._jobs[self._runs[run_id].job_id].tenant
+
+    def _running_by_tenant(self, now: datetime) -> dict[str, int]:
+        """Runs going at `now` (pending, leased to a worker, the lease live), by tenant."""
+        running: dict[str, int] = {}
+        for run_id, (holder, until) in self._leases.items():
+            if holder is not None and until > now:
+                tenant = self._tenant_of_run(run_id)
+                running[tenant] = running.get(tenant, 0) + 1
+        return running
 
     async def lease_run(
         self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime, now: datetime
     ) -> Fire | None:
-        run = self._runs.get(run_id)
-        if run is None or run.status is not RunStatus.PENDING or run.fence_token != fence_token:
-            return None
-        return self._lease(run_id, owner, lease_until, now)
+        found = await self.lease_fenced_runs(
+            [(run_id, fence_token)], owner=owner, lease_until=lease_until, now=now
+        )
+        return found[0] if found else None
 
     async def lease_fenced_runs(
         self,
@@ -727,14 +753,28 @@ class MemoryStore:
         lease_until: datetime,
         now: datetime,
     ) -> list[Fire]:
+        caps = self._run_caps()
+        room = room_left(caps, self._running_by_tenant(now)) if caps else {}
         fires = []
         for run_id, fence in leases:  # a repeated pair finds the fence already moved
-            fire = await self.lease_run(
-                run_id, fence, owner=owner, lease_until=lease_until, now=now
-            )
-            if fire is not None:
-                fires.append(fire)
+            run = self._runs.get(run_id)
+            if run is None or run.status is not RunStatus.PENDING or run.fence_token != fence:
+                continue
+            tenant = self._tenant_of_run(run_id)
+            if tenant in room:
+                if room[tenant] <= 0:
+                    self._refuse_for_cap(run_id)
+                    continue
+                room[tenant] -= 1
+            fires.append(self._lease(run_id, owner, lease_until, now))
         return fires
+
+    def _refuse_for_cap(self, run_id: int) -> None:
+        """A run a lease by fence left for its tenant's cap: no longer in flight, so the store
+        leaser takes it as soon as it is free and the cap has room (lease end + 1 us)."""
+        holder, until = self._leases[run_id]
+        if holder is None and _never_leased(self._runs[run_id], until):
+            self._leases[run_id] = (holder, until + timedelta(microseconds=1))
 
     def _store_attempt(self, record: AttemptRecord) -> None:
         """Append an attempt to the history with the next id (ascending, never reused)."""

@@ -13,6 +13,10 @@ here and asks for the next one whenever a slot of its pool may be free.
 * The caps are hard, not "only while others wait": a slot taken by a fire that then hangs is
   held until its timeout (nothing preempts it), so a cap that lifts while others are idle
   would let the first tenant hold every slot when the second one's fires arrive.
+* A tenant's `max_concurrent_runs` (ADR 0024), when it has one, caps its fires across both
+  pools (`set_run_caps`). The lease statements enforce it across the cluster; here it bounds
+  the fires an in-process claim (`tickwork up`) leased to this executor, which no lease
+  statement counted before they came.
 * Order among startable fires: first attempts before retries, then the oldest instant, then
   the first parked. A retry has already had its turn; an on-time fire that waits behind it
   becomes late, the retry was late anyway (its backoff just ended).
@@ -96,6 +100,7 @@ class _Counts:
     running: dict[Pool, int] = field(default_factory=dict)
     by_tenant: dict[tuple[Pool, str], int] = field(default_factory=dict)
     by_host: dict[str, int] = field(default_factory=dict)
+    by_tenant_total: dict[str, int] = field(default_factory=dict)  # both pools
 
 
 class Admission(Generic[T]):
@@ -112,6 +117,12 @@ class Admission(Generic[T]):
         self._counts = _Counts()
         self._arrival = itertools.count()
         self._parked = 0
+        self._run_caps: dict[str, int] = {}  # tenant -> max_concurrent_runs, across pools
+
+    def set_run_caps(self, caps: dict[str, int]) -> None:
+        """The tenants' `max_concurrent_runs` from now on (those absent: none). Fires already
+        running stay; a cap that rose may make parked fires startable (`take` again)."""
+        self._run_caps = dict(caps)
 
     @property
     def parked(self) -> int:
@@ -164,6 +175,9 @@ class Admission(Generic[T]):
         counts = self._counts
         if counts.by_tenant.get((lane.pool, lane.tenant), 0) >= limits.tenant_cap:
             return True
+        cap = self._run_caps.get(lane.tenant)
+        if cap is not None and counts.by_tenant_total.get(lane.tenant, 0) >= cap:
+            return True
         return (
             lane.host is not None
             and limits.host_cap is not None
@@ -177,6 +191,11 @@ class Admission(Generic[T]):
         counts.by_tenant[tenant] = counts.by_tenant.get(tenant, 0) + step
         if not counts.by_tenant[tenant]:
             del counts.by_tenant[tenant]  # tenants come and go: keep only those running
+        total = counts.by_tenant_total.get(lane.tenant, 0) + step
+        if total:
+            counts.by_tenant_total[lane.tenant] = total
+        else:
+            counts.by_tenant_total.pop(lane.tenant, None)
         if lane.host is not None:
             counts.by_host[lane.host] = counts.by_host.get(lane.host, 0) + step
             if not counts.by_host[lane.host]:

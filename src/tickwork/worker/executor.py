@@ -160,6 +160,13 @@ class Executor:
         self._retry_listeners: list[Callable[[datetime], None]] = []
         self._random = random.Random().random  # backoff jitter; tests may replace it
 
+    async def refresh_run_caps(self) -> None:
+        """Apply the tenants' current max_concurrent_runs (ADR 0024; the store's cache, at
+        most a second old) to what starts next: a cap that rose may let parked fires start."""
+        caps = dict(await self._store.concurrency_caps())
+        self._admission.set_run_caps(caps)
+        self._start_runners()
+
     @property
     def backlog(self) -> int:
         """Fires held here that have not finished: waiting, parked or running."""
@@ -421,6 +428,7 @@ class Executor:
             try:
                 await self.flush()
                 if loop.time() >= next_heartbeat:
+                    await self.refresh_run_caps()
                     await self.heartbeat()
                     next_heartbeat = loop.time() + self._config.heartbeat_ms / 1000
             except Exception:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -66,6 +67,7 @@ from tickwork.store.postgres.connect import SERVER_SETTINGS, asyncpg_dsn, keep_s
 from tickwork.store.postgres.errors import translated
 from tickwork.store.postgres.listen import NotifyListener
 from tickwork.store.postgres.statements import SQL
+from tickwork.store.run_caps import RunCaps
 from tickwork.store.sql import rows
 from tickwork.store.sql.backfills import (
     SqlBackfillReads,
@@ -82,6 +84,10 @@ from tickwork.store.sql.sealed import TENANT_SECRETS, SealedColumns
 log = logging.getLogger("tickwork.store.postgres")
 
 CHANNEL = "tickwork"
+# The capped leases' lock (ADR 0024), a fixed signed 64-bit key: sha256("tickwork-run-caps").
+RUN_CAPS_LOCK = int.from_bytes(
+    hashlib.sha256(b"tickwork-run-caps").digest()[:8], "big", signed=True
+)
 TOPICS: tuple[Topic, ...] = ("jobs", "runs", "cluster")
 # The scan pool's sessions: generic plans for the due-scan's unions (see the module docstring).
 SCAN_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
@@ -119,6 +125,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         self._watchers = Watchers()
         self.listener = NotifyListener(self._dsn, CHANNEL, self._on_notify, self._after_relisten)
         self._sql = SQL
+        self._run_caps = RunCaps(self._read_run_caps)
 
     # -- lifecycle --------------------------------------------------------------------------
     async def open(self) -> None:
@@ -528,6 +535,9 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         found = await self._query(self._sql.list_nodes, {"all": include_gone})
         return [rows.node_from_row(r) for r in found]
 
+    async def concurrency_caps(self) -> Mapping[str, int]:
+        return await self._run_caps.current()
+
     async def lease_runs(
         self,
         *,
@@ -545,12 +555,26 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             "hand_offs_by": to_us(now if hand_offs_by is None else hand_offs_by),
             "limit": limit,
         }
-        if fresh_from is None:
+        caps = await self._run_caps.current()
+        if caps:  # max_concurrent_runs (ADR 0024): in time order, within each tenant's room
+            found = await self._capped(self._sql.lease_runs_capped, values, caps, "leasing")
+        elif fresh_from is None:
             found = await self._fetch(self._sql.lease_runs, values, "leasing")
         else:
             values["fresh_from"] = to_us(fresh_from)
             found = await self._fetch(self._sql.lease_runs_fresh_first, values, "leasing")
         return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
+
+    async def _capped(
+        self, statement: Statement, values: Mapping[str, Any], caps: Mapping[str, int], doing: str
+    ) -> list[asyncpg.Record]:
+        """A capped lease (ADR 0024): under the cluster-wide lock, so that its count of the
+        running runs sees every capped lease that committed before it."""
+        capped = {"capped": list(caps), "caps": list(caps.values()), "key": RUN_CAPS_LOCK}
+        with translated(doing):
+            async with self.pool.acquire() as conn, conn.transaction():
+                await _run(conn, self._sql.lock_run_caps, capped)
+                return await _fetch(conn, statement, {**values, **capped})
 
     async def lease_run(
         self, run_id: int, fence_token: int, *, owner: str, lease_until: datetime, now: datetime
@@ -580,7 +604,12 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             "lease_until": to_us(lease_until),
             "now": to_us(now),
         }
-        found = await self._fetch(self._sql.lease_fenced_runs, values, "leasing by fence")
+        caps = await self._run_caps.current()
+        if caps:
+            statement = self._sql.lease_fenced_runs_capped
+            found = await self._capped(statement, values, caps, "leasing by fence")
+        else:
+            found = await self._fetch(self._sql.lease_fenced_runs, values, "leasing by fence")
         return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
     async def take_back_own_leases(
@@ -689,6 +718,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             "limits": rows.limits_text(limits),
         }
         found = await self._fetch(self._sql.insert_tenant, values, "creating a tenant")
+        self._run_caps.invalidate()  # its limits count from the next lease on
         if not found:
             raise TenantExists(tenant)
         return rows.tenant_from_row(found[0], self._columns)
@@ -710,6 +740,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
     ) -> Tenant:
         values = rows.tenant_limits_params(tenant, limits, now, expected_updated_at)
         found = await self._fetch(self._sql.set_tenant_limits, values, "setting a tenant's limits")
+        self._run_caps.invalidate()
         if not found:
             raise await missing_or_stale(self, tenant)
         return rows.tenant_from_row(found[0], self._columns)

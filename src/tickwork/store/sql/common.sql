@@ -46,6 +46,10 @@ id, job_id, key, scheduled_us, fence_token, attempt,
      WHERE j.id = tw_runs.job_id) AS tenant_secrets,
     (SELECT tenant FROM tw_jobs WHERE tw_jobs.id = tw_runs.job_id) AS tenant, planned_us
 
+-- name: tenants_with_limits
+-- The tenants that have limits, with them (the stores' cache of concurrency caps, ADR 0024).
+SELECT tenant, limits FROM tw_tenants WHERE limits IS NOT NULL
+
 -- name: ping
 -- The cheapest round trip that proves the database answers (health checks).
 SELECT 1

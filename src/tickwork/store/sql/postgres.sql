@@ -482,6 +482,111 @@ backlog AS (
 locked AS (SELECT * FROM fresh UNION ALL SELECT * FROM backlog),
 {lease_locked}
 
+-- max_concurrent_runs (ADR 0024). While some tenant has that limit the leases take the
+-- capped forms below instead, each after lock_run_caps in the same transaction: capped leases
+-- count and lease one at a time across the cluster, and each counts in a snapshot taken after
+-- the previous one committed (READ COMMITTED: every statement gets a new snapshot). Without
+-- any such tenant nothing here runs.
+
+-- name: lock_run_caps
+-- Become the one capped lease in progress, until this transaction ends (:key: RUN_CAPS_LOCK).
+SELECT pg_advisory_xact_lock(:key)
+
+-- fragment: room_by_tenant
+-- The capped tenants (:capped, :caps) and the room each has at :now: its cap minus its runs
+-- going (pending, leased to a worker, the lease live). They are counted from the runs side,
+-- through the range of tw_runs_pending that is not free yet (live leases, and runs waiting
+-- for their instant or their retry), each run's job by primary key (LATERAL ... LIMIT 1: not
+-- flattened, so the planner cannot start from the tenant's jobs and read their every run,
+-- history included, through tw_runs_job).
+caps AS (SELECT * FROM unnest(:capped::text[], :caps::bigint[]) AS c(tenant, cap)),
+going AS (
+    SELECT j.tenant, count(*) AS n
+    FROM (SELECT job_id FROM tw_runs
+          WHERE status = 'pending' AND lease_until_us > :now AND lease_owner IS NOT NULL) r
+    CROSS JOIN LATERAL (SELECT tenant FROM tw_jobs WHERE id = r.job_id LIMIT 1) j
+    WHERE j.tenant = ANY(:capped::text[])
+    GROUP BY j.tenant
+),
+room AS (
+    SELECT c.tenant, c.cap - coalesce(g.n, 0) AS room FROM caps c
+    LEFT JOIN going g ON g.tenant = c.tenant
+)
+
+-- name: lease_runs_capped
+-- lease_runs while some tenant has max_concurrent_runs: the same range and order, without
+-- the runs of the tenants at their cap, and of each other capped tenant's at most its room.
+-- A lease may return fewer than :limit while a capped tenant's runs fill the range it read;
+-- that tenant is at its cap by the next lease, which reads past them.
+WITH {room_by_tenant},
+-- `free` reads lease_runs' range in its order, skipping the runs of the jobs of tenants at
+-- their cap (a hashed set, read through tw_jobs_tenant_name: no job lookup per skipped run),
+-- and reads the tenant of each run it keeps by its job's primary key (LATERAL ... LIMIT 1
+-- keeps that join order: with the planner free to choose, it believed pending runs rare and
+-- read every job, then each one's runs, 27 ms for a 500-run lease against 10 ms).
+full_jobs AS (
+    SELECT id FROM tw_jobs
+    WHERE tenant = ANY(ARRAY(SELECT tenant FROM room WHERE room <= 0))
+),
+free AS (
+    SELECT r.id, j.tenant, r.lease_until_us
+    FROM (SELECT id, job_id, lease_until_us FROM tw_runs
+          WHERE status = 'pending' AND lease_until_us <= :now
+            AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+                 OR lease_until_us <> coalesce(planned_us, scheduled_us))
+            AND job_id NOT IN (SELECT id FROM full_jobs)
+          ORDER BY lease_until_us LIMIT :limit) r
+    CROSS JOIN LATERAL (SELECT tenant FROM tw_jobs WHERE id = r.job_id LIMIT 1) j
+),
+chosen AS (
+    SELECT k.id FROM (
+        SELECT f.*, row_number() OVER (PARTITION BY f.tenant ORDER BY f.lease_until_us, f.id)
+            AS nth
+        FROM free f
+    ) k LEFT JOIN room m ON m.tenant = k.tenant
+    WHERE m.tenant IS NULL OR k.nth <= m.room
+),
+locked AS (
+    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
+    FROM tw_runs
+    WHERE id = ANY(ARRAY(SELECT id FROM chosen)) AND status = 'pending' AND lease_until_us <= :now
+    ORDER BY lease_until_us, id FOR UPDATE SKIP LOCKED
+),
+{lease_locked}
+
+-- name: lease_fenced_runs_capped
+-- lease_fenced_runs while some tenant has max_concurrent_runs: of the pairs still pending at
+-- their fence, a capped tenant's are leased up to its room, in the batch's order. The others
+-- stay pending and unowned at their fence (their messages are acked: not lost); `refused`
+-- moves a hand-off's lease end one microsecond past its instant, which tells lease_runs that
+-- it is no longer in flight, so the store leaser takes it when the cap has room.
+WITH given AS (
+    SELECT * FROM unnest(:ids::bigint[], :fences::bigint[]) WITH ORDINALITY AS p(id, fence, n)
+),
+{room_by_tenant},
+ranked AS (
+    SELECT g.id, g.fence, j.tenant,
+           row_number() OVER (PARTITION BY j.tenant ORDER BY g.n) AS nth
+    FROM given g
+    CROSS JOIN LATERAL (
+        SELECT job_id FROM tw_runs WHERE id = g.id AND fence_token = g.fence
+          AND status = 'pending' LIMIT 1) r
+    CROSS JOIN LATERAL (SELECT tenant FROM tw_jobs WHERE id = r.job_id LIMIT 1) j
+),
+pairs AS (
+    SELECT k.id, k.fence FROM ranked k LEFT JOIN room m ON m.tenant = k.tenant
+    WHERE m.tenant IS NULL OR k.nth <= m.room
+),
+refused AS (
+    UPDATE tw_runs r SET lease_until_us = r.lease_until_us + 1
+    FROM ranked k JOIN room m ON m.tenant = k.tenant
+    WHERE k.nth > m.room AND r.id = k.id AND r.fence_token = k.fence
+      AND r.status = 'pending' AND r.lease_owner IS NULL AND r.attempt = 0
+      AND r.origin = 'schedule' AND r.lease_until_us = coalesce(r.planned_us, r.scheduled_us)
+),
+{locked_by_fence},
+{lease_locked}
+
 -- fragment: locked_by_fence
 -- `locked`: the runs named by the CTE `pairs` (id, fence) that are still pending at that
 -- fence, locked. Each is reached through the primary key, one lookup per pair (LATERAL ...

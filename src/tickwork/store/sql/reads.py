@@ -39,6 +39,11 @@ class SqlReads:
     async def ping(self) -> None:
         await self._query(self._sql.ping, {})
 
+    async def _read_run_caps(self) -> dict[str, int]:
+        """{tenant: max_concurrent_runs} of the tenants that have it (the RunCaps cache's
+        read, store/run_caps.py)."""
+        return rows.run_caps_from_rows(await self._query(self._sql.tenants_with_limits, {}))
+
     async def get_job(self, job_id: str) -> Job:
         found = await self._query(self._sql.get_job, {"id": job_id})
         if not found:

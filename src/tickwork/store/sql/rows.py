@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
+from tickwork.domain.concurrency import caps_of
 from tickwork.domain.egress import EgressRules, rules_from_json, rules_to_json
 from tickwork.domain.jobs import (
     AlertTarget,
@@ -275,6 +277,11 @@ def tenant_limits_params(
 
 def limits_from_text(text: str | None) -> TenantLimits:
     return TenantLimits() if text is None else limits_from_json(json.loads(text))
+
+
+def run_caps_from_rows(found: Iterable[Row]) -> dict[str, int]:
+    """{tenant: max_concurrent_runs} from tenants_with_limits' rows (domain/concurrency.py)."""
+    return caps_of((row["tenant"], limits_from_text(row["limits"])) for row in found)
 
 
 def key_params(key: ApiKey) -> dict[str, Any]:

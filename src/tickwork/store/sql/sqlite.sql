@@ -227,6 +227,40 @@ SELECT * FROM (
     ORDER BY lease_until_us LIMIT :limit)
 LIMIT :limit
 
+-- name: running_by_tenant
+-- max_concurrent_runs (ADR 0024): how many runs of each tenant of :tenants (a JSON list) are
+-- going at :now: pending, leased to a worker, the lease live. Only while some tenant has
+-- that limit, in the lease's write transaction (nothing else writes meanwhile).
+SELECT j.tenant, count(*) AS n FROM tw_runs r JOIN tw_jobs j ON j.id = r.job_id
+WHERE r.status = 'pending' AND r.lease_owner IS NOT NULL AND r.lease_until_us > :now
+  AND j.tenant IN (SELECT value FROM json_each(:tenants))
+GROUP BY j.tenant
+
+-- name: runs_to_lease_capped
+-- runs_to_lease while some tenant has max_concurrent_runs: the same range, each run with its
+-- job's tenant, without the runs of the tenants at their cap (:full, a JSON list); the store
+-- keeps of the others at most each capped tenant's room.
+SELECT r.id, r.fence_token, r.lease_owner, j.tenant FROM tw_runs r JOIN tw_jobs j ON j.id = r.job_id
+WHERE r.status = 'pending' AND r.lease_until_us <= :now
+  AND (r.lease_until_us <= :hand_offs_by OR r.attempt > 0 OR r.origin <> 'schedule'
+       OR r.lease_until_us <> coalesce(r.planned_us, r.scheduled_us))
+  AND j.tenant NOT IN (SELECT value FROM json_each(:full))
+ORDER BY r.lease_until_us LIMIT :limit
+
+-- name: tenants_of_runs
+-- The fence and tenant of each run of :ids (a JSON list) still pending (a lease by fence,
+-- while some tenant has max_concurrent_runs).
+SELECT r.id, r.fence_token, j.tenant FROM tw_runs r JOIN tw_jobs j ON j.id = r.job_id
+WHERE r.id IN (SELECT value FROM json_each(:ids)) AND r.status = 'pending'
+
+-- name: refuse_for_cap
+-- A hand-off a lease by fence left for its tenant's cap is no longer in flight: its lease end
+-- moves one microsecond past its instant, so lease_runs takes it as soon as it is free (not a
+-- backstop later) and the cap has room.
+UPDATE tw_runs SET lease_until_us = lease_until_us + 1
+WHERE id = :id AND fence_token = :fence AND status = 'pending' AND lease_owner IS NULL
+  AND attempt = 0 AND origin = 'schedule' AND lease_until_us = coalesce(planned_us, scheduled_us)
+
 -- name: lease_runs
 -- The dequeue's second half: lease the runs runs_to_lease chose (:ids, a JSON list): fence + 1,
 -- attempt + 1, the attempt starting at :now.

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from tickwork.clock import from_us, to_us
 from tickwork.domain.audit import AuditEntry
 from tickwork.domain.backfills import DEFAULT_BACKFILL_RATE, Backfill, BackfillSlice
+from tickwork.domain.concurrency import pick_within_caps, room_left
 from tickwork.domain.egress import EgressRules
 from tickwork.domain.jobs import MAX_PRIORITY, MIN_PRIORITY, Job, JobState, OverlapPolicy
 from tickwork.domain.keys import ApiKey
@@ -63,6 +64,7 @@ from tickwork.store.base import (
     last_outcome_per_lease,
     missing_or_stale,
 )
+from tickwork.store.run_caps import RunCaps
 from tickwork.store.sql import rows
 from tickwork.store.sql.backfills import (
     SqlBackfillReads,
@@ -97,6 +99,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         self._migrate = migrate
         self._writer = Connection(self.path, readonly=False)
         self._reader = Connection(self.path, readonly=True)
+        self._run_caps = RunCaps(self._read_run_caps)
         self._watchers = Watchers()
         self._sql = SQL
         self._partitions = DEFAULT_PARTITIONS
@@ -422,6 +425,9 @@ class SqliteStore(SqlReads, SqlBackfillReads):
             lambda conn: conn.execute(SQL.prune_backfills.text, params).rowcount
         )
 
+    async def concurrency_caps(self) -> Mapping[str, int]:
+        return await self._run_caps.current()
+
     async def lease_runs(
         self,
         *,
@@ -440,11 +446,15 @@ class SqliteStore(SqlReads, SqlBackfillReads):
             "fresh_from": -(2**62) if fresh_from is None else to_us(fresh_from),
         }
         lease = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
+        caps = await self._run_caps.current()
 
         def lease_batch(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             # Two statements in one BEGIN IMMEDIATE transaction (nothing else writes between
             # them): choose the runs, record the lost attempts of those leased before, lease.
-            runs = conn.execute(SQL.runs_to_lease.text, chosen).fetchall()
+            if caps:
+                runs = _runs_within_caps(conn, chosen, caps)
+            else:
+                runs = conn.execute(SQL.runs_to_lease.text, chosen).fetchall()
             if not runs:
                 return []
             _record_lost(conn, [(r["id"], r["fence_token"]) for r in runs if r["lease_owner"]])
@@ -483,12 +493,18 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         if not leases:
             return []
         pairs = distinct_leases(leases)
-        common = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
+        common: dict[str, Any] = {
+            "owner": owner,
+            "lease_until": to_us(lease_until),
+            "now": to_us(now),
+        }
         params = [{**common, "id": run_id, "fence": fence} for run_id, fence in pairs]
+        caps = await self._run_caps.current()
 
         def each(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-            _record_lost(conn, pairs)
-            found = (conn.execute(SQL.lease_run.text, p).fetchone() for p in params)
+            chosen = _fenced_within_caps(conn, params, caps, now) if caps else params
+            _record_lost(conn, [(p["id"], p["fence"]) for p in chosen])
+            found = (conn.execute(SQL.lease_run.text, p).fetchone() for p in chosen)
             return [row for row in found if row is not None]
 
         return [rows.fire_from_row(r, lease_until, self._columns) for r in await self._write(each)]
@@ -607,6 +623,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         row = await self._write(
             lambda conn: conn.execute(SQL.insert_tenant.text, params).fetchone()
         )
+        self._run_caps.invalidate()  # its limits count from the next lease on
         if row is None:
             raise TenantExists(tenant)
         return rows.tenant_from_row(row, self._columns)
@@ -632,6 +649,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         row = await self._write(
             lambda conn: conn.execute(SQL.set_tenant_limits.text, params).fetchone()
         )
+        self._run_caps.invalidate()
         if row is None:
             raise await missing_or_stale(self, tenant)
         return rows.tenant_from_row(row, self._columns)
@@ -706,6 +724,51 @@ def _id_list(ids: Collection[int] | None) -> str | None:
 def _lease_view(found: Sequence[sqlite3.Row]) -> LeaseView:
     now = from_us(found[0]["now_us"]) if found else datetime.now(UTC)
     return LeaseView(now=now, leases=tuple(rows.lease_from_row(r) for r in found))
+
+
+def _room(conn: sqlite3.Connection, caps: Mapping[str, int], now_us: int) -> dict[str, int]:
+    """The room each capped tenant has at `now_us` (cap minus its runs going)."""
+    tenants = json.dumps(sorted(caps))
+    found = conn.execute(SQL.running_by_tenant.text, {"tenants": tenants, "now": now_us})
+    return room_left(caps, {row["tenant"]: int(row["n"]) for row in found})
+
+
+def _runs_within_caps(
+    conn: sqlite3.Connection, chosen: Mapping[str, Any], caps: Mapping[str, int]
+) -> list[sqlite3.Row]:
+    """runs_to_lease while some tenant has max_concurrent_runs (ADR 0024): the runs of the
+    tenants at their cap are not read; of the others' a capped tenant gets its room."""
+    room = _room(conn, caps, chosen["now"])
+    full = json.dumps(sorted(t for t, left in room.items() if left <= 0))
+    found = conn.execute(SQL.runs_to_lease_capped.text, {**chosen, "full": full}).fetchall()
+    keep = set(pick_within_caps([(r["id"], r["tenant"]) for r in found], room, len(found)))
+    return [r for r in found if r["id"] in keep]
+
+
+def _fenced_within_caps(
+    conn: sqlite3.Connection,
+    params: list[dict[str, Any]],
+    caps: Mapping[str, int],
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """The lease-by-fence pairs a capped tenant has room for, in their order; the others stay
+    pending, unowned, and become leasable by lease_runs (refuse_for_cap)."""
+    room = _room(conn, caps, to_us(now))
+    ids = json.dumps([p["id"] for p in params])
+    found = conn.execute(SQL.tenants_of_runs.text, {"ids": ids})
+    tenant_of = {(row["id"], row["fence_token"]): row["tenant"] for row in found}
+    chosen = []
+    for p in params:
+        tenant = tenant_of.get((p["id"], p["fence"]))
+        if tenant is None:
+            continue  # finished or superseded: it leases nothing, and takes no room
+        if tenant in room:
+            if room[tenant] <= 0:
+                conn.execute(SQL.refuse_for_cap.text, {"id": p["id"], "fence": p["fence"]})
+                continue
+            room[tenant] -= 1
+        chosen.append(p)
+    return chosen
 
 
 def _record_lost(conn: sqlite3.Connection, pairs: Sequence[tuple[int, int]]) -> None:
