@@ -18,6 +18,7 @@ import pytest
 
 from tickwork.clock import ManualClock
 from tickwork.domain.jobs import AtTrigger, EveryTrigger, Job, JobState, Schedule, WebhookTarget
+from tickwork.domain.tenant_limits import TenantLimits
 from tickwork.scheduler.service import SchedulerConfig, SchedulerService
 from tickwork.store.base import ScheduleStore
 from tickwork.store.memory import MemoryStore
@@ -139,3 +140,53 @@ async def test_on_time_priority_and_tenants_change_nothing(store: ScheduleStore)
     result = await scheduler.run_once()
     assert len(result.handed_off) == 20
     assert not result.full_batch
+
+
+async def test_a_tenant_over_its_fire_rate_is_paced_and_others_are_not(
+    store: ScheduleStore,
+) -> None:
+    # Tenant A: max_fires_per_s 10, 40 one-shots due at T0 (fewer than a batch: the rate, not
+    # the batch, holds them back). Tenant B: no limit, 5 jobs every 200 ms. A's fires go out
+    # at its rate (plus the bucket's 200 ms of burst, at least one), recorded as throttled,
+    # none lost; B's are claimed on time throughout.
+    await store.create_tenant("a", now=T0, limits=TenantLimits(max_fires_per_s=10))
+    await store.create_tenant("b", now=T0)
+    a_ids = {f"{n:032x}" for n in range(40)}
+    for n in range(40):
+        await store.create_job(job(n, "a", one_shot(T0), T0))
+    every = Schedule(trigger=EveryTrigger(interval_ms=200, anchor=T0))
+    b_ids = [f"{n:032x}" for n in range(10_000, 10_005)]
+    for n in range(10_000, 10_005):
+        await store.create_job(job(n, "b", every, T0))
+    clock = ManualClock(T0)
+    config = SchedulerConfig(node_id="s", batch_size=BATCH)
+    scheduler = SchedulerService(store, clock, config, dispatch=None)
+    a_claimed_by: list[tuple[float, int]] = []  # (seconds after T0, A's fires so far)
+    a_total = 0
+    claimed_at: dict[str, datetime] = {}
+    waits = []
+    while clock.now() < T0 + timedelta(seconds=6):
+        result = await scheduler.run_once()
+        for envelope in result.handed_off:
+            claimed_at[envelope.key] = clock.now()
+        a_total += sum(1 for e in result.handed_off if e.job_id in a_ids)
+        a_claimed_by.append(((clock.now() - T0).total_seconds(), a_total))
+        if result.throttled:
+            waits.append(scheduler.pace_wait_s())
+        clock.advance(TICK)
+    assert a_total == 40  # all of A, each once
+    for elapsed, total in a_claimed_by:
+        assert total <= 2 + 10 * elapsed + 1e-9  # never ahead of its rate
+    assert a_claimed_by[80][1] >= 15  # and not far behind it either (2 s: 20 by its rate)
+    assert waits  # a paced loop sleeps, never spins
+    assert all(0 < w <= 1.0 for w in waits)
+    a_runs = [r for job_id in a_ids for r in await store.list_runs(job_id)]
+    assert len(a_runs) == 40
+    assert all(r.coalesced == 0 for r in a_runs)
+    assert sum(1 for r in a_runs if r.throttled_ms) >= 30  # held back by the rate
+    b_late = []
+    for job_id in b_ids:
+        for run in await store.list_runs(job_id, limit=100):
+            b_late.append(claimed_at[run.key] - run.scheduled_for)
+    assert len(b_late) >= 5 * 29
+    assert max(b_late) <= TICK

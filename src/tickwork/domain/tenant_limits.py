@@ -7,11 +7,10 @@ rules are here, with no I/O, so the API, the CLI's messages and the stores agree
 `check_limits` refuses a value naming `limits.<field>` and saying what to give instead, and
 `merged` applies a partial update (a field set to None removes that limit).
 
-What is enforced today: `max_jobs` (when a job is created or moved to the tenant),
-`max_api_rps` (per API process), `max_concurrent_runs` (across the cluster, by the lease
-statements: domain/concurrency.py, ADR 0024) and `weight` (a scheduler that is behind shares
-each batch by it: scheduler/fair_scan.py). `max_fires_per_s` is validated, stored and shown,
-but not enforced yet.
+All are enforced: `max_jobs` (when a job is created or moved to the tenant), `max_api_rps`
+(per API process), `max_concurrent_runs` (across the cluster, by the lease statements:
+domain/concurrency.py, ADR 0024), and `max_fires_per_s` and `weight` (by the schedulers'
+claims: scheduler/fair_scan.py, ADR 0026).
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ class SchedulerService:
         # Where windowed occurrences are placed (ADR 0022).
         self._windows = WindowLoad(store, monotonic=clock.monotonic_s)
         # How a tick that is behind shares its batch among tenants.
-        self._fair = FairScan(store, monotonic=clock.monotonic_s)
+        self._fair = FairScan(store, monotonic=clock.monotonic_s, share=self._fraction)
         # The fire ceiling's bucket (None: no ceiling) and since when (the `now` of the first
         # tick that left due work behind for want of tokens) this scheduler is throttled.
         self._bucket: FireBucket | None = None
@@ -178,6 +178,8 @@ class SchedulerService:
         full = self._fair.behind if fair else len(due) == limit
         throttled = full and limit < cfg.batch_size  # the bucket, not the batch, cut it off
         if not due:
+            if self._fair.behind:  # due work waits for its tenants' rates: nothing settled
+                return TickResult(due=0, settled_below=not_before, throttled=True)
             self._throttled_since = None  # caught up: nothing due is left behind
             return TickResult(due=0, scanned_to=horizon, settled_below=horizon)
         # The plans of this scan still see the throttling the earlier ticks found: the last
@@ -186,6 +188,9 @@ class SchedulerService:
         plans = await self._windows.place(plans, due, now)
         fires, handed_off, refused = await self._claim(plans, now)
         self._recent.append((self._clock.monotonic_s(), len(fires) + len(handed_off)))
+        tenant_of = {job.job_id: job.tenant for job in due}
+        claimed_ids = [f.job_id for f in fires] + [e.job_id for e in handed_off]
+        self._fair.spend([tenant_of[job_id] for job_id in claimed_ids])
         if not full:
             self._throttled_since = None  # caught up: nothing due is left behind
         elif throttled and self._throttled_since is None:
@@ -223,14 +228,23 @@ class SchedulerService:
         in time order while the scheduler keeps up, else shared fairly among the tenants
         (scheduler/fair_scan.py)."""
         fair = self._fair
+        await fair.refresh()  # tenants' weights and rates, read every few seconds
         if not fair.behind:
             due = await self._store.due_jobs(horizon, batch, not_before=not_before, partitions=held)
             fair.notice(due, batch, now)
             if not fair.behind:
                 return due, False
             # More is due than a batch: share this one already.
-        shared = await fair.scan(horizon, batch, not_before=not_before, partitions=held)
+        shared = await fair.scan(horizon, batch, not_before=not_before, partitions=held, now=now)
         return shared, True
+
+    def _fraction(self) -> float:
+        """The part of the cluster's fires this scheduler claims: its partitions' part (1.0
+        without a keeper). A tenant's max_fires_per_s is paced here at that part of it."""
+        if self._keeper is None:
+            return 1.0
+        partitions = self._store.partition_count()
+        return len(self._keeper.held_now()) / partitions if partitions else 1.0
 
     def _share(self, held: Mapping[int, int] | None) -> float:
         """This scheduler's share of the fire ceiling, in fires per second: the ceiling in
@@ -252,10 +266,15 @@ class SchedulerService:
         return min(self._config.batch_size, max(bucket.available(self._clock.monotonic_s()), 0))
 
     def _plan(self, job: DueJob, now: datetime, epoch: int | None) -> ClaimPlan:
-        """plan_claim, and under the fire ceiling the occurrences it held back: they fire as
-        if on time, with how late the ceiling made them (ADR 0025)."""
+        """plan_claim, and the occurrences the fire ceiling or their tenant's rate held back:
+        they fire as if on time, with how late the pacing made them (ADR 0025)."""
         since = self._throttled_since
         grace = job.schedule.misfire_grace_ms
+        tenant_since = self._fair.held_since(job.tenant)
+        if tenant_since is not None and held_back(
+            job.next_run_at, throttled_since=tenant_since, grace_ms=grace
+        ):
+            since = tenant_since if since is None else min(since, tenant_since)
         if not held_back(job.next_run_at, throttled_since=since, grace_ms=grace):
             return plan_claim(job, now, epoch=epoch)
         assert since is not None
@@ -266,11 +285,15 @@ class SchedulerService:
     def pace_wait_s(self) -> float:
         """How long a throttled scheduler sleeps: until a quarter of the bucket (50 ms of its
         share) has accrued, so a tick claims a handful of fires, not one (0.0: no ceiling)."""
+        waits = []
         bucket = self._bucket
-        if bucket is None:
-            return 0.0
-        step = max(1, min(self._config.batch_size, int(bucket.capacity / 4)))
-        return min(bucket.wait_s(step, self._clock.monotonic_s()), self._config.max_idle_ms / 1000)
+        if bucket is not None:
+            step = max(1, min(self._config.batch_size, int(bucket.capacity / 4)))
+            waits.append(bucket.wait_s(step, self._clock.monotonic_s()))
+        tenants = self._fair.wait_s()  # tenants waiting for their max_fires_per_s
+        if tenants is not None:
+            waits.append(tenants)
+        return min([*waits, self._config.max_idle_ms / 1000]) if waits else 0.0
 
     async def _claim(
         self, plans: Sequence[ClaimPlan], now: datetime
