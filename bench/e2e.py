@@ -325,16 +325,23 @@ async def create_at_jobs(url: str, target: Target, t_us: int, cfg: E2EConfig) ->
     await store.open()
     try:
         service = JobService(store, SystemClock())
-        per = -(-cfg.burst_jobs // cfg.create_concurrency)
-
-        async def creator(start: int) -> None:
-            for _ in range(start, min(start + per, cfg.burst_jobs)):
-                await service.create(spec)
-
-        await asyncio.gather(*(creator(s) for s in range(0, cfg.burst_jobs, per)))
+        await create_concurrently(service, spec, cfg.burst_jobs, cfg.create_concurrency)
     finally:
         await store.close()
     return round(time.monotonic() - started, 2)
+
+
+async def create_concurrently(
+    service: JobService, spec: JobSpec, count: int, creators: int = 16
+) -> None:
+    """`count` jobs of `spec` through the job service, by `creators` concurrent loops."""
+    per = -(-count // creators)
+
+    async def creator(start: int) -> None:
+        for _ in range(start, min(start + per, count)):
+            await service.create(spec)
+
+    await asyncio.gather(*(creator(s) for s in range(0, count, per)))
 
 
 async def _sleep_until(epoch_s: float) -> None:

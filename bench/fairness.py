@@ -122,13 +122,7 @@ async def _create(url: str, a_jobs: int, b_jobs: int, t_us: int) -> float:
             schedule=Schedule(trigger=AtTrigger(at=at), misfire_grace_ms=3_600_000),
             target=TARGET,
         )
-        per = -(-a_jobs // 16)
-
-        async def creator(first: int) -> None:
-            for _ in range(first, min(first + per, a_jobs)):
-                await service.create(one_shot)
-
-        await asyncio.gather(*(creator(s) for s in range(0, a_jobs, per)))
+        await e2e.create_concurrently(service, one_shot, a_jobs)
         for k in range(b_jobs):  # every second, anchors spread over it
             anchor = at + timedelta(microseconds=k * 1_000_000 // max(b_jobs, 1))
             every = Schedule(trigger=EveryTrigger(interval_ms=1000, anchor=anchor))

@@ -121,14 +121,7 @@ async def _create(url: str, jobs: int, t_us: int, window_s: int) -> float:
     store = PostgresStore(url, pool_size=16)
     await store.open()
     try:
-        service = JobService(store, SystemClock())
-        per = -(-jobs // 16)
-
-        async def creator(start: int) -> None:
-            for _ in range(start, min(start + per, jobs)):
-                await service.create(spec)
-
-        await asyncio.gather(*(creator(s) for s in range(0, jobs, per)))
+        await e2e.create_concurrently(JobService(store, SystemClock()), spec, jobs)
     finally:
         await store.close()
     return round(time.monotonic() - started, 2)
