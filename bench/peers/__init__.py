@@ -1,0 +1,1 @@
+"""The peer suite: tickwork beside the schedulers a user would pick instead, in one run."""
