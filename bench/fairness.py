@@ -176,6 +176,11 @@ def analyse(runs: list[Any], t_us: int, a_jobs: int) -> dict[str, Any]:
         "b_occurrences_during_drain": len(during),
         "b_lateness_ms": summary(late_ms),
         "b_claimed_ms": summary(claimed_ms),
+        # The latest of B's fires: (due after T, ms; late, ms), to see where they fall.
+        "b_worst": [
+            (round((r["scheduled_us"] - t_us) / 1000, 1), late)
+            for late, r in sorted(zip(late_ms, during, strict=True), key=lambda p: -p[0])[:8]
+        ],
     }
 
 
@@ -184,7 +189,7 @@ def _line(name: str, r: dict[str, Any]) -> str:
     c = r["b_claimed_ms"]
     b_text = (
         f", B p50 {b.get('p50')} p99 {b.get('p99')} max {b.get('max')} ms"
-        f" (claimed p50 {c.get('p50')} p99 {c.get('p99')} ms)"
+        f" (claimed p50 {c.get('p50')} p99 {c.get('p99')} ms; latest {r['b_worst']})"
         if b.get("n")
         else ""
     )

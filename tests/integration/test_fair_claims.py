@@ -127,6 +127,31 @@ async def test_within_a_tenant_higher_priority_is_claimed_first_when_behind(
     assert len(first.handed_off) == BATCH
 
 
+async def test_a_herd_not_yet_due_does_not_hold_back_fires_due_just_after_it(
+    store: ScheduleStore,
+) -> None:
+    # Tenant A: 300 one-shots due in 100 ms (six batches); tenant B: 5 due 10 ms after them.
+    # All are within the look-ahead. In time order, B would be claimed after A's whole herd,
+    # six ticks on; a full batch counts as behind even before its instant, so the first tick
+    # already shares the batch and takes B's five.
+    herd_at = T0 + timedelta(milliseconds=100)
+    after = herd_at + timedelta(milliseconds=10)
+    await store.create_tenant("a", now=T0)
+    await store.create_tenant("b", now=T0)
+    for n in range(300):
+        await store.create_job(job(n, "a", one_shot(herd_at), herd_at))
+    b_ids = {f"{n:032x}" for n in range(1000, 1005)}
+    for n in range(1000, 1005):
+        await store.create_job(job(n, "b", one_shot(after), after))
+    scheduler = SchedulerService(
+        store, ManualClock(T0), SchedulerConfig(node_id="s", batch_size=BATCH), dispatch=None
+    )
+    first = await scheduler.run_once()
+    claimed = {e.job_id for e in first.handed_off}
+    assert b_ids <= claimed
+    assert len(claimed) == BATCH  # and A's herd took the rest of the batch
+
+
 async def test_on_time_priority_and_tenants_change_nothing(store: ScheduleStore) -> None:
     await store.create_tenant("a", now=T0)
     for n in range(20):

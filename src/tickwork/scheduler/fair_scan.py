@@ -1,11 +1,11 @@
 """The due scan of a scheduler that is behind: the batch shared fairly among tenants.
 
 A tick that keeps up reads the due jobs in time order (`ScheduleStore.due_jobs`): everything
-due is claimed, so order does not matter. A tick that is behind (its scan came back full, and
-the last job in it was already due: more is due than one batch holds) would, in time order,
-spend whole batches on one tenant's backlog while another tenant's on-time fires wait behind
-it: tenant A's million one-shots due at 12:00:00 would delay tenant B's every-second jobs until
-they drain. Behind, the scheduler reads instead:
+due is claimed, so order does not matter. A tick that is behind (its scan came back full: more
+is due within the look-ahead than one batch holds, now or in the next few hundred milliseconds)
+would, in time order, spend whole batches on one tenant's backlog while another tenant's
+on-time fires wait behind it: tenant A's million one-shots due at 12:00:00 would delay tenant
+B's every-second jobs until they drain. Behind, the scheduler reads instead:
 
 1. how much each tenant has due, per priority level, counted no further than a batch
    (`due_counts`: one probe of the index tw_jobs_fair per tenant and level);
@@ -73,10 +73,14 @@ class FairScan:
             self._since.pop(gone, None)
         self._read_at = now
 
-    def notice(self, due: Sequence[DueJob], batch: int, now: datetime) -> None:
-        """After a time-ordered scan: behind when it came back full of jobs already due, or
-        with more of a tenant's jobs than its rate lets through now."""
-        self.behind = len(due) >= batch and due[-1].next_run_at <= now
+    def notice(self, due: Sequence[DueJob], batch: int) -> None:
+        """After a time-ordered scan: behind when it came back full (more is due within the
+        look-ahead than a batch holds, whether or not its instant has come yet), or with more
+        of a tenant's jobs than its rate lets through now."""
+        # A full batch of jobs not yet due counts too: in time order, a herd due in 150 ms
+        # would fill every batch until its instant and push another tenant's fires due just
+        # after it behind the whole herd.
+        self.behind = len(due) >= batch
         if self._rates and not self.behind:
             taken = Counter(job.tenant for job in due if job.tenant in self._rates)
             self.behind = any(count > self._tokens(t) for t, count in taken.items())

@@ -231,7 +231,7 @@ class SchedulerService:
         await fair.refresh()  # tenants' weights and rates, read every few seconds
         if not fair.behind:
             due = await self._store.due_jobs(horizon, batch, not_before=not_before, partitions=held)
-            fair.notice(due, batch, now)
+            fair.notice(due, batch)
             if not fair.behind:
                 return due, False
             # More is due than a batch: share this one already.
