@@ -87,6 +87,19 @@ async def run(args: argparse.Namespace) -> None:
         await admin.close()
     doc = args.doc or (QUICK_DOC if args.quick else DOC)
     write_report(args, sections, facts, date, run_id, time.monotonic() - started, doc)
+    broken = errors_in(sections)
+    if args.quick and broken:  # the smoke run (CI): a case that broke fails it, a slow one not
+        sys.exit("cases failed: " + "; ".join(broken))
+
+
+def errors_in(found: Any) -> list[str]:
+    """Every case's error in a section tree (a full run reports them and goes on)."""
+    if isinstance(found, dict):
+        own = [str(found["error"])] if "error" in found else []
+        return own + [e for value in found.values() for e in errors_in(value)]
+    if isinstance(found, list):
+        return [e for value in found for e in errors_in(value)]
+    return []
 
 
 def _claim_config(args: argparse.Namespace) -> claim.ClaimConfig:
