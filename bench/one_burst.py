@@ -6,7 +6,8 @@
 
 With `--ceiling`, each repetition first bursts the bare-SQL fire loop (`raw_fire_loop`) with the
 same N and prints tickwork's fires/s as a share of it: the same-run ratio to quote when a
-change touches the fire path (run it on the old and the new commit, alternating).
+change touches the fire path (run it on the old and the new commit, alternating). For
+`--kind webhook` the ceiling is the bare loop with a bare HTTP POST per fire to a receiver.
 
 It runs the same case as `python -m bench --only e2e` (fresh database, fresh api, scheduler and
 worker processes) and prints one line per repetition plus the CPU split, without touching
@@ -97,6 +98,9 @@ async def _ceiling(args: argparse.Namespace, env: Env) -> dict[str, Any] | None:
     if not args.ceiling or args.kind == "sustained":
         return None
     cfg = dataclasses.replace(e2e.E2EConfig(), burst_jobs=args.jobs)
+    if args.kind == "webhook":  # the bare loop with a bare HTTP POST per fire (issue 22)
+        hooks: dict[str, Any] = (await e2e._ceiling(env, cfg, webhook=True))["webhook_ceiling"]
+        return hooks
     found: dict[str, Any] = (await e2e._ceiling(env, cfg))["ceiling"]
     return found
 
@@ -107,9 +111,14 @@ def _ratio_line(result: dict[str, Any], ceiling: dict[str, Any]) -> str:
         return "  ratio: n/a (a case failed)"
     p99, bare_p99 = result.get("lateness_ms", {}).get("p99"), ceiling["lateness_ms"].get("p99")
     return (
-        f"  ratio: tickwork {mine} / bare SQL {bare} fires/s = {100 * mine / bare:.1f} %"
+        f"  ratio: tickwork {mine} / {_ceiling_name(ceiling)} {bare} fires/s ="
+        f" {100 * mine / bare:.1f} %"
         f" (p99 lateness {p99} against {bare_p99} ms)"
     )
+
+
+def _ceiling_name(ceiling: dict[str, Any]) -> str:
+    return "bare SQL + HTTP" if ceiling.get("webhook") else "bare SQL"
 
 
 def _cpu_line(result: dict[str, Any]) -> str:

@@ -22,7 +22,14 @@ process, both plain asyncpg loops:
 
 No leases, heartbeats, retries, outcomes per attempt, notifications, webhooks or process
 framework: everything tickwork adds costs against this. The table holds 1,000,000 jobs, the
-burst's N due at the same instant T and the rest later (as in the anchors' burst).
+burst's N due at the same instant T and the rest later.
+
+With `--webhook` (`burst_case(..., webhook=True)`), the ceiling for webhook bursts: the same
+loop, and the worker's no-op is one bare HTTP/1.1 POST per fire to the benchmark's receiver
+(`bench.receiver`, its own process, as in tickwork's webhook cases), over 32 keep-alive
+connections (tickwork's default cap per origin), each request written as one prepared byte
+string and its answer read up to the end of its headers. The instant recorded is when the
+request is written.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 
@@ -53,6 +61,7 @@ SCHEDULER_IDLE_S = 0.1
 WORKER_IDLE_S = 0.05
 SEED_ESTIMATE_S = 15.0  # seeding 1,000,000 jobs and vacuuming: ~8 s here; T comes after
 BURST_TIMEOUT_S = 300.0
+HTTP_CONNECTIONS = 32  # tickwork's default cap of webhooks in flight to one origin
 
 SCHEMA = """
 CREATE TABLE raw_jobs (
@@ -166,8 +175,11 @@ async def scheduler(dsn: str, *, jobs: int, start_s: float, deadline_s: float) -
     return {"fired": fired, "statements": statements}
 
 
-async def worker(dsn: str, *, jobs: int, start_s: float, deadline_s: float) -> dict[str, Any]:
+async def worker(
+    dsn: str, *, jobs: int, start_s: float, deadline_s: float, hook: str | None = None
+) -> dict[str, Any]:
     conn = await _connect(dsn)
+    http = None if hook is None else await BareHttp.open(hook, HTTP_CONNECTIONS)
     print("ready", flush=True)
     await asyncio.sleep(max(0.0, start_s - time.time()))
     done: list[tuple[int, int, float]] = []  # (job id, scheduled_us, instant of the no-op)
@@ -177,30 +189,103 @@ async def worker(dsn: str, *, jobs: int, start_s: float, deadline_s: float) -> d
             async with conn.transaction():
                 batch = await conn.fetch(DEQUEUE, DEQUEUE_BATCH)
                 if batch:
-                    await _run_batch(conn, batch, done)
+                    await _run_batch(conn, batch, done, http)
             transactions += 1
             if not batch:
                 await asyncio.sleep(WORKER_IDLE_S)
     finally:
         await conn.close()
+        if http is not None:
+            http.close()
     return {"done": done, "transactions": transactions}
 
 
+Ran = tuple[int, int, int]  # (begun us, instant us, finished us) of one fire's body
+
+
 async def _run_batch(
-    conn: asyncpg.Connection, batch: list[asyncpg.Record], done: list[tuple[int, int, float]]
+    conn: asyncpg.Connection,
+    batch: list[asyncpg.Record],
+    done: list[tuple[int, int, float]],
+    http: BareHttp | None = None,
 ) -> None:
+    if http is None:
+        ran = [_noop() for _ in batch]
+    else:
+        ran = await http.post_each([_request_body(row) for row in batch])
     ids, fences, scheduled, started, finished = [], [], [], [], []
-    for row in batch:
-        begun = _now_us()
-        instant = time.time()  # the no-op job body: it notes when it ran
-        done.append((row["job_id"], row["scheduled_us"], instant))
+    for row, (begun, instant_us, ended) in zip(batch, ran, strict=True):
+        done.append((row["job_id"], row["scheduled_us"], instant_us / 1e6))
         ids.append(row["job_id"])
         fences.append(row["fence"])
         scheduled.append(row["scheduled_us"])
         started.append(begun)
-        finished.append(_now_us())
+        finished.append(ended)
     await conn.execute(RECORD, ids, fences, scheduled, started, finished)
     await conn.execute(ACK, ids, fences, finished)
+
+
+def _noop() -> Ran:
+    begun = _now_us()
+    instant = _now_us()  # the no-op job body: it notes when it ran
+    return begun, instant, _now_us()
+
+
+def _request_body(row: asyncpg.Record) -> tuple[str, bytes]:
+    key = f"{row['job_id']}-{row['fence']}"
+    body = f'{{"job_id":{row["job_id"]},"scheduled_us":{row["scheduled_us"]}}}'
+    return key, body.encode()
+
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class BareHttp:
+    """The least a webhook POST can cost from Python: keep-alive HTTP/1.1 connections to one
+    receiver, each request one prepared write, its answer read to the end of its headers (the
+    receiver answers with an empty body). No TLS, redirects, retries, timeouts or pool logic:
+    the webhook ceiling's request, against which tickwork's client is compared."""
+
+    def __init__(self, head: bytes, streams: list[Stream]) -> None:
+        self._head = head
+        self._streams = streams
+
+    @classmethod
+    async def open(cls, url: str, connections: int) -> BareHttp:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        head = (
+            f"POST {parts.path or '/'} HTTP/1.1\r\nhost: {host}:{port}\r\n"
+            "content-type: application/json\r\n"
+        ).encode()
+        streams = [await asyncio.open_connection(host, port) for _ in range(connections)]
+        return cls(head, streams)
+
+    async def post_each(self, requests: list[tuple[str, bytes]]) -> list[Ran]:
+        """POST each (key, body), as many at once as there are connections; in order."""
+        ran: list[Ran] = [(0, 0, 0)] * len(requests)
+        cursor = iter(range(len(requests)))
+
+        async def lane(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            for i in cursor:  # the lanes share one iterator: each takes the next request
+                key, body = requests[i]
+                begun = _now_us()
+                writer.write(
+                    self._head
+                    + f"idempotency-key: {key}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                head = await reader.readuntil(b"\r\n\r\n")
+                if head[9:12] != b"200":
+                    raise RuntimeError(f"receiver answered {head[:12]!r}")
+                ran[i] = (begun, begun, _now_us())
+
+        await asyncio.gather(*(lane(r, w) for r, w in self._streams))
+        return ran
+
+    def close(self) -> None:
+        for _, writer in self._streams:
+            writer.close()
 
 
 def analyse(done: list[list[Any]], t_us: int, jobs: int) -> dict[str, Any]:
@@ -222,16 +307,31 @@ def analyse(done: list[list[Any]], t_us: int, jobs: int) -> dict[str, Any]:
     }
 
 
-async def burst_case(env: Env, jobs: int, *, lead_s: float = 4.0) -> dict[str, Any]:
-    """One burst of the model on a fresh database of the run: N one-shots due at T."""
+async def burst_case(
+    env: Env, jobs: int, *, lead_s: float = 4.0, webhook: bool = False
+) -> dict[str, Any]:
+    """One burst of the model on a fresh database of the run: N one-shots due at T (with
+    `webhook`, each fire a bare HTTP POST to a receiver process of its own)."""
     quiet = await asyncio.to_thread(wait_for_quiet, env.attribution, max_wait_s=10.0)
     db = await env.admin.create("raw_burst")
     dsn = env.admin.dsn(db)
+    receiver: procs.Child | None = None
     try:
         t_us = math.ceil(time.time() + SEED_ESTIMATE_S + lead_s) * 1_000_000
         await seed(dsn, due=jobs, t_us=t_us)
         start_s = t_us / 1e6 - lead_s  # both start polling well before T, as tickwork does
         deadline_s = t_us / 1e6 + BURST_TIMEOUT_S
+        hook: list[str] = []
+        if webhook:
+            receiver, line = await procs.start(
+                "raw-receiver",
+                [sys.executable, "-m", "bench.receiver",
+                 "--out", str(env.tmp / "raw-burst-receiver.json")],
+                ready="ready",
+                log_path=env.tmp / "raw-burst-receiver.log",
+            )  # fmt: skip
+            env.attribution.named[receiver.pid] = "receiver"
+            hook = ["--hook", f"http://127.0.0.1:{line.split()[-1]}/hook"]
         outs = {role: env.tmp / f"raw-burst-{role}.json" for role in ("scheduler", "worker")}
         children: list[procs.Child] = []
         try:  # a role that fails to start must not leave the other one running
@@ -240,7 +340,7 @@ async def burst_case(env: Env, jobs: int, *, lead_s: float = 4.0) -> dict[str, A
                     f"raw-{role}",
                     [sys.executable, "-m", "bench.raw_fire_loop", "role", role, "--dsn", dsn,
                      "--jobs", str(jobs), "--start", str(start_s), "--deadline",
-                     str(deadline_s), "--out", str(out)],
+                     str(deadline_s), "--out", str(out), *(hook if role == "worker" else [])],
                     ready="ready",
                     log_path=env.tmp / f"raw-burst-{role}.log",
                 )  # fmt: skip
@@ -257,25 +357,29 @@ async def burst_case(env: Env, jobs: int, *, lead_s: float = 4.0) -> dict[str, A
                 await child.stop()
         found: dict[str, Any] = json.loads(outs["worker"].read_text())
     finally:
+        if receiver is not None:
+            await receiver.stop()
         await env.admin.drop(db)
     result = analyse(found["done"], t_us, jobs)
     return result | {"ready_before_t_s": ready_before_t, "foreign_before": quiet,
-                     "cpu": meter.report()}  # fmt: skip
+                     "cpu": meter.report(), "webhook": webhook}  # fmt: skip
 
 
 def summary_line(found: dict[str, Any]) -> str:
     if "error" in found:
-        return f"  bare-SQL burst FAILED {found['error']}"
+        what = "bare-SQL + HTTP" if found.get("webhook") else "bare-SQL"
+        return f"  {what} burst FAILED {found['error']}"
     lat, cpu = found["lateness_ms"], found["cpu"]
+    name = "bare-SQL + HTTP burst" if found.get("webhook") else "bare-SQL burst"
     return (
-        f"  bare-SQL burst: {found['jobs']} jobs in {found['completion_s']} s = "
+        f"  {name}: {found['jobs']} jobs in {found['completion_s']} s = "
         f"{found['fires_per_s']} fires/s (first to last {found['drain_per_s']}/s), "
         f"p50 {lat.get('p50')} p99 {lat.get('p99')} ms, missing {found['missing']} "
         f"dup {found['duplicates']}, cores {cpu['cores']}, noise {cpu['foreign_cores']}"
     )
 
 
-async def _standalone(pg_dsn: str, jobs: int, reps: int) -> None:
+async def _standalone(pg_dsn: str, jobs: int, reps: int, webhook: bool) -> None:
     admin = Admin(pg_dsn, secrets.token_hex(3))
     await admin.open()
     try:
@@ -284,17 +388,18 @@ async def _standalone(pg_dsn: str, jobs: int, reps: int) -> None:
             with tempfile.TemporaryDirectory(prefix="tw-raw-burst-") as tmp:
                 env = Env(run_id=admin.prefix, quick=False, tmp=Path(tmp), admin=admin,
                           attribution=attribution)  # fmt: skip
-                found = await burst_case(env, jobs)
+                found = await burst_case(env, jobs, webhook=webhook)
             print(summary_line(found), flush=True)
     finally:
         await admin.close()
 
 
 def _role_main(args: argparse.Namespace) -> None:
-    role = scheduler if args.role == "scheduler" else worker
-    found = asyncio.run(
-        role(args.dsn, jobs=args.jobs, start_s=args.start, deadline_s=args.deadline)
-    )
+    bounds = {"jobs": args.jobs, "start_s": args.start, "deadline_s": args.deadline}
+    if args.role == "scheduler":
+        found = asyncio.run(scheduler(args.dsn, **bounds))
+    else:
+        found = asyncio.run(worker(args.dsn, **bounds, hook=args.hook))
     Path(args.out).write_text(json.dumps(found))
 
 
@@ -308,15 +413,17 @@ def main(argv: list[str] | None = None) -> None:
     role.add_argument("--start", type=float, required=True, help="epoch s to begin polling")
     role.add_argument("--deadline", type=float, required=True, help="epoch s to give up")
     role.add_argument("--out", required=True)
+    role.add_argument("--hook", help="worker: POST each fire to this URL (the webhook model)")
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--webhook", action="store_true", help="each fire a bare HTTP POST")
     parser.add_argument("--pg-dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args(argv)
     if args.command == "role":
         _role_main(args)
         return
     try:
-        asyncio.run(_standalone(args.pg_dsn, args.jobs, args.reps))
+        asyncio.run(_standalone(args.pg_dsn, args.jobs, args.reps, args.webhook))
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -10,6 +10,7 @@ LATENESS_TARGET_MS = 20.0
 E2E_WEBHOOK_TARGET = 5000.0  # fires/s end to end with webhooks (the issue)
 E2E_TASK_TARGET = 10000.0  # fires/s end to end with a Python no-op task (the issue)
 E2E_P99_MS = 100.0
+WEBHOOK_CEILING_PCT = 50.0  # issue 22: webhooks at this share of the bare SQL + HTTP burst
 # The bare-SQL burst those targets were set against: a prototype of the fire loop that burst
 # 10,000 one-shots at this rate on this machine on 2026-12-02. The targets as shares of it are
 # compared with the same run's bare-SQL burst (bench/raw_fire_loop.py, ADR 0011): the
@@ -407,9 +408,36 @@ def _e2e_targets(section: dict[str, Any]) -> list[list[str]]:
     hooks = E2E_WEBHOOK_TARGET
     for c in section.get("burst", []):
         rows += [_e2e_burst_target(c), _scaled_target(c, "burst", hooks, "webhooks")]
+        rows += _webhook_ceiling_target(c, "burst")
     for r in section.get("sustained", []):
         rows += [_e2e_ramp_target(r), _scaled_target(r, "sustained", hooks, "webhooks")]
+        rows += _webhook_ceiling_target(r, "sustained")
     return rows
+
+
+def _webhook_ceiling_target(case: dict[str, Any], kind: str) -> list[list[str]]:
+    """Issue 22: webhooks at WEBHOOK_CEILING_PCT % or more of the same run's bare SQL + HTTP
+    burst (none when the run measured no such ceiling: results from before it existed)."""
+    ceiling = case.get("webhook_ceiling")
+    if ceiling is None:
+        return []
+    label = (
+        f"webhooks, {kind}, {QUEUE_NAMES[case['queue']]} >= {WEBHOOK_CEILING_PCT:g} % of the "
+        "same run's bare SQL + HTTP burst (issue 22)"
+    )
+    if "error" in ceiling or "error" in case:
+        return [[label, f"failed: {case.get('error') or ceiling['error']}", "-", "**no**"]]
+    if kind == "burst":
+        got = case["fires_per_s"] if case["missing"] == 0 else 0.0
+    else:
+        got = float(case["best_rate"])
+    pct = 100 * got / ceiling["fires_per_s"]
+    measured = (
+        f"{num(got, 0)} fires/s vs bare SQL + HTTP {num(ceiling['fires_per_s'], 0)} fires/s ="
+        f" **{num(pct, 1)} %**"
+    )
+    noise = num(ceiling["cpu"]["foreign_cores"], 2)
+    return [[label, measured, noise, _yes(pct >= WEBHOOK_CEILING_PCT)]]
 
 
 def scaled(target: float, ceiling: float) -> float:
@@ -538,6 +566,8 @@ def _ceilings(section: dict[str, Any]) -> list[str]:
                         ("task bursts", section.get("task_burst", []))):  # fmt: skip
         if cases and cases[0].get("ceiling"):
             measured.append((kind, cases[0]["ceiling"]))
+        if cases and cases[0].get("webhook_ceiling"):
+            measured.append((f"{kind}: bare SQL + HTTP", cases[0]["webhook_ceiling"]))
     for ramp in section["sustained"]:
         if ramp.get("ceiling"):
             measured.append((f"sustained, {QUEUE_NAMES[ramp['queue']]}", ramp["ceiling"]))
@@ -563,7 +593,9 @@ def _ceilings(section: dict[str, Any]) -> list[str]:
         "transaction per dequeue batch, a no-op per fire; ADR 0011), a burst of the same N "
         "one-shots in a 1,000,000-job table, on a fresh database before each kind of case. The "
         "scaled targets above are the issue's targets times (this figure / "
-        f"{num(ANCHOR_RAW_BURST, 0)}), the bare-SQL burst they were set against.",
+        f"{num(ANCHOR_RAW_BURST, 0)}), the bare-SQL burst they were set against. The row "
+        "**bare SQL + HTTP** is the webhook ceiling (issue 22): the same loop, its no-op a bare "
+        "HTTP/1.1 POST per fire to the same receiver over 32 keep-alive connections.",
         "",
         *table(head, rows),
         "",
