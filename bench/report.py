@@ -6,6 +6,8 @@ import json
 import math
 from typing import Any
 
+from bench import ratios
+
 LATENESS_TARGET_MS = 20.0
 E2E_WEBHOOK_TARGET = 5000.0  # fires/s end to end with webhooks (the issue)
 E2E_TASK_TARGET = 10000.0  # fires/s end to end with a Python no-op task (the issue)
@@ -53,6 +55,9 @@ def render(run: dict[str, Any], previous: str = "") -> str:
     if run.get("e2e"):
         lines += _e2e(run["e2e"])
     lines += _notes()
+    now = ratios.same_run_ratios(run)
+    before = ratios.previous_of(previous, run["date"])
+    lines += [*ratios.comparison(now, before), ratios.embed(run["date"], now, before), ""]
     _, marker, analysis = previous.partition(ANALYSIS_MARKER)
     return "\n".join(lines) + "\n" + ANALYSIS_MARKER + (analysis if marker else "\n")
 
