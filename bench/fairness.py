@@ -52,6 +52,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--b-jobs", type=int, default=100)
     parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--shared-only", action="store_true", help="skip A alone (B's lateness only, no ratio)"
+    )
     return parser.parse_args(argv)
 
 
@@ -64,13 +67,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             env = Env(
                 run_id="fair", quick=False, tmp=Path(tmp), admin=admin, attribution=attribution
             )
-            alone = await case(env, args.a_jobs, 0)
-            print(_line("unshared", alone), flush=True)
+            alone = None if args.shared_only else await case(env, args.a_jobs, 0)
+            if alone is not None:
+                print(_line("unshared", alone), flush=True)
             shared = await case(env, args.a_jobs, args.b_jobs)
             print(_line("shared", shared), flush=True)
     finally:
         await admin.close()
-    ratio = shared["a_fires_per_s"] / alone["a_fires_per_s"] if alone["a_fires_per_s"] else 0.0
+    ratio = (
+        shared["a_fires_per_s"] / alone["a_fires_per_s"]
+        if alone and alone["a_fires_per_s"]
+        else 0.0
+    )
     result = {"unshared": alone, "shared": shared, "a_rate_shared_vs_alone": round(ratio, 3)}
     print(
         f"A drains at {100 * ratio:.1f} % of its unshared rate; B p99"
