@@ -729,3 +729,57 @@ async def test_runs_free_since_fresh_from_are_leased_before_a_backlog(
     rest = await store.lease_runs(now=now, owner="w", lease_until=now + 60 * SEC, limit=10)
     assert {f.run_id for f in rest} | taken == {e.run_id for e in backlog + list(fresh)}
     assert len(rest) == 4
+
+
+async def test_runs_due_since_a_herds_instant_go_before_the_herd_then_the_look_ahead(
+    store: ScheduleStore,
+) -> None:
+    # The worker's now is 80 ms after a herd's instant H (five runs free at H, all within the
+    # fresh range), with a run that came due at H + 50 ms, one coming due in the look-ahead at
+    # H + 150 ms and an older backlog at H - 5 s. With due_by, the runs due since fresh_from go
+    # newest first (the one due after the herd before it), then the look-ahead, then the
+    # backlog; without it, the fresh ones soonest first (the herd ahead of what followed it).
+    herd_at = T0 + 10 * SEC
+    ms = timedelta(milliseconds=1)
+    backlog = await hand_off(store, 2, at=herd_at - 5 * SEC)
+    herd = [make_job(n, next_run_at=herd_at) for n in range(10, 15)]
+    after = make_job(20, next_run_at=herd_at + 50 * ms)
+    ahead = make_job(21, next_run_at=herd_at + 150 * ms)
+    for job in [*herd, after, ahead]:
+        await store.create_job(job)
+    plans = [plan_for(job, new_next=herd_at + 60 * SEC) for job in [*herd, after, ahead]]
+    claimed = {e.job_id: e.run_id for e in await store.claim_hand_off(plans, owner="s", now=T0)}
+    now = herd_at + 80 * ms
+    window = {"now": now + 200 * ms, "fresh_from": now - 100 * ms}
+    until = now + 60 * SEC
+
+    # Which runs a lease takes shows the ranges' order (a batch comes back in any order).
+    def lease(limit: int) -> Awaitable[list[Fire]]:
+        return store.lease_runs(owner="w", lease_until=until, limit=limit, due_by=now, **window)
+
+    herd_runs = {claimed[j.id] for j in herd}
+    first = {f.run_id for f in await lease(2)}
+    assert claimed[after.id] in first  # due after the herd's instant: before the herd
+    assert len(first & herd_runs) == 1
+    second = {f.run_id for f in await lease(5)}
+    assert second == (herd_runs - first) | {claimed[ahead.id]}  # the herd, then the look-ahead
+    third = {f.run_id for f in await lease(1)}
+    assert third <= {e.run_id for e in backlog}
+    assert len(third) == 1
+
+
+async def test_without_due_by_the_fresh_runs_go_soonest_first(store: ScheduleStore) -> None:
+    herd_at = T0 + 10 * SEC
+    ms = timedelta(milliseconds=1)
+    herd = [make_job(n, next_run_at=herd_at) for n in range(10, 13)]
+    after = make_job(20, next_run_at=herd_at + 50 * ms)
+    for job in [*herd, after]:
+        await store.create_job(job)
+    plans = [plan_for(job, new_next=herd_at + 60 * SEC) for job in [*herd, after]]
+    claimed = {e.job_id: e.run_id for e in await store.claim_hand_off(plans, owner="s", now=T0)}
+    now = herd_at + 80 * ms
+    leased = await store.lease_runs(
+        now=now, owner="w", lease_until=now + 60 * SEC, limit=3, fresh_from=now - 100 * ms
+    )
+    assert len(leased) == 3  # the herd first: the one due after it is left for later
+    assert claimed[after.id] not in {f.run_id for f in leased}

@@ -53,6 +53,25 @@ def test_first_attempts_go_before_retries_and_the_oldest_instant_first_within_ea
     assert order == ["first-early", "first-early-too", "first-late", "retry-old"]
 
 
+def test_a_tenants_backlog_does_not_start_before_another_tenants_fire_due_since() -> None:
+    # Caps bind on fires in flight only: a task that never suspends finishes before the next
+    # take, so tenant A's parked backlog never reaches its share. Round-robin across tenants
+    # starts B's fire next, although A's are older.
+    adm = admission(slots=4, tenant=2)
+    for n in range(5):
+        adm.park(f"a{n}", A_TASK, instant=T0, retry=False)
+    order = []
+    taken = adm.take(Pool.TASK)
+    assert taken is not None
+    order.append(taken[0])
+    adm.done(taken[1])
+    adm.park("b", B_TASK, instant=T0 + SEC, retry=False)  # came due while A's backlog waits
+    while (taken := adm.take(Pool.TASK)) is not None:
+        order.append(taken[0])
+        adm.done(taken[1])
+    assert order == ["a0", "b", "a1", "a2", "a3", "a4"]
+
+
 def test_a_full_pool_starts_nothing_until_a_slot_is_free() -> None:
     adm = admission(slots=2)
     for n, lane in enumerate([A_FAST, B_FAST, A_SLOW]):
@@ -70,10 +89,12 @@ def test_an_origin_at_its_cap_waits_while_other_origins_start() -> None:
         adm.park(f"slow{n}", A_SLOW, instant=T0, retry=False)
     adm.park("b-slow", B_SLOW, instant=T0, retry=False)  # same origin, other tenant: capped too
     adm.park("fast", B_FAST, instant=T0 + SEC, retry=False)
-    assert take_all(adm) == ["slow0", "slow1", "fast"]
+    # Round-robin across tenants: A, then B (its slow one fills the origin's cap of 2), then
+    # B's other origin; A's other slow fires wait for the origin.
+    assert take_all(adm) == ["slow0", "b-slow", "fast"]
     assert adm.held_by_caps() == 4
     adm.done(A_SLOW)
-    assert take_all(adm) == ["slow2"]  # oldest instant, first parked: A's before B's
+    assert take_all(adm) == ["slow1"]  # the origin has room for one: A's, oldest first
 
 
 def test_a_tenant_at_its_share_waits_while_other_tenants_start() -> None:
@@ -81,7 +102,8 @@ def test_a_tenant_at_its_share_waits_while_other_tenants_start() -> None:
     for n in range(5):
         adm.park(f"a{n}", A_FAST if n % 2 else A_SLOW, instant=T0, retry=False)
     adm.park("b", B_FAST, instant=T0 + SEC, retry=False)
-    assert take_all(adm) == ["a0", "a1", "a2", "b"]  # A's share is 3 over both of its origins
+    # Round-robin across tenants while both have fires; A's share is 3 over both its origins.
+    assert take_all(adm) == ["a0", "b", "a1", "a2"]
     assert adm.held_by_caps() == 2
     assert adm.running(Pool.WEBHOOK) == 4
 
@@ -141,7 +163,7 @@ STEPS = st.lists(
     ),
     max_size=80,
 )
-Key = tuple[bool, datetime, int]
+Key = tuple[bool, datetime, int]  # (retry, instant, arrival)
 
 
 class Oracle:
@@ -151,6 +173,12 @@ class Oracle:
         self.slots, self.tenant, self.host = slots, tenant, host
         self.running: list[Lane] = []
         self.parked: list[tuple[Key, Lane]] = []
+        self.served: list[tuple[Pool, str]] = []  # every take's (pool, tenant), in order
+
+    def last_served(self, lane: Lane) -> int:
+        """When the lane's tenant was last served in its pool (-1: never)."""
+        turns = [t for t, pt in enumerate(self.served) if pt == (lane.pool, lane.tenant)]
+        return turns[-1] if turns else -1
 
     def fits(self, lane: Lane) -> bool:
         same_tenant = [r for r in self.running if (r.pool, r.tenant) == (lane.pool, lane.tenant)]
@@ -164,9 +192,14 @@ class Oracle:
         startable = [(key, lane) for key, lane in startable if self.fits(lane)]
         if not startable:
             return None
-        best = min(startable, key=lambda pair: pair[0])
+        # retries last; then the tenant served least recently; then the oldest, first parked
+        best = min(
+            startable,
+            key=lambda pair: (pair[0][0], self.last_served(pair[1]), pair[0][1], pair[0][2]),
+        )
         self.parked.remove(best)
         self.running.append(best[1])
+        self.served.append((best[1].pool, best[1].tenant))
         return best
 
 

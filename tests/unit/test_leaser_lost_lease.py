@@ -46,6 +46,7 @@ class LostLeaseReply(MemoryStore):
         limit: int,
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
+        due_by: datetime | None = None,
     ) -> list[Fire]:
         if not self.fail_next:
             return await super().lease_runs(
@@ -55,6 +56,7 @@ class LostLeaseReply(MemoryStore):
                 lease_until=lease_until,
                 limit=limit,
                 fresh_from=fresh_from,
+                due_by=due_by,
             )
         self.fail_next = False
         if self.commit:
@@ -65,6 +67,7 @@ class LostLeaseReply(MemoryStore):
                 lease_until=lease_until,
                 limit=limit,
                 fresh_from=fresh_from,
+                due_by=due_by,
             )
         raise StoreError("PostgreSQL error while leasing: connection lost")
 

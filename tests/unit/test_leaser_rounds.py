@@ -43,6 +43,7 @@ class MeetingStore(MemoryStore):
         limit: int,
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
+        due_by: datetime | None = None,
     ) -> list[Fire]:
         if self.finishing.is_set() and not self.met:
             self.leasing.set()
@@ -54,6 +55,7 @@ class MeetingStore(MemoryStore):
             lease_until=lease_until,
             limit=limit,
             fresh_from=fresh_from,
+            due_by=due_by,
         )
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
@@ -113,6 +115,7 @@ class CountingLeases(MemoryStore):
         limit: int,
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
+        due_by: datetime | None = None,
     ) -> list[Fire]:
         fires = await super().lease_runs(
             now=now,
@@ -121,6 +124,7 @@ class CountingLeases(MemoryStore):
             lease_until=lease_until,
             limit=limit,
             fresh_from=fresh_from,
+            due_by=due_by,
         )
         self.leased += len(fires)
         self.batches.append(len(fires))

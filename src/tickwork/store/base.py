@@ -546,14 +546,19 @@ class LeaseStore(Protocol):
         limit: int,
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
+        due_by: datetime | None = None,
     ) -> list[Fire]:
         """The table queue's dequeue: lease up to `limit` pending runs whose lease is free at
         `now` (a hand-off whose instant came, a manual trigger, a retry whose backoff passed,
         a redriven dead letter, or an expired lease: its holder died), soonest-free first.
 
-        With `fresh_from`, the runs that became free at or after it are leased first, soonest
-        first, and only then the older ones: a backlog (a tenant's million one-shots claimed
-        late, a dead worker's runs) does not hold back the runs coming due now (ADR 0026).
+        With `fresh_from`, three ranges, each only as large as the ones before it left room
+        for: the runs free since `fresh_from` and by `due_by` (the worker's now; without it
+        this range is empty), the newest first; then those free after `due_by` (a look-ahead:
+        `now` may be ahead of it), the soonest first; then the older ones, the soonest first.
+        A backlog (a tenant's million one-shots, a dead worker's runs) then does not hold back
+        the runs coming due now, not even in the first moments after its own instant (ADR
+        0026).
 
         A hand-off that was never leased (attempt 0, origin "schedule") must also be free at
         `hand_offs_by` (default `now`): a worker behind an external queue passes an earlier

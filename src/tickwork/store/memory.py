@@ -699,6 +699,7 @@ class MemoryStore:
         limit: int,
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
+        due_by: datetime | None = None,
     ) -> list[Fire]:
         hand_offs_by = now if hand_offs_by is None else hand_offs_by
         free = [
@@ -707,8 +708,14 @@ class MemoryStore:
             if until <= now
             and (until <= hand_offs_by or not _never_leased(self._runs[run_id], until))
         ]
-        if fresh_from is not None:  # those free since fresh_from first (a stable sort)
-            free.sort(key=lambda pair: pair[1] < fresh_from)
+        if fresh_from is not None:  # three ranges (ADR 0026; postgres.sql says why)
+            due = fresh_from - timedelta(microseconds=1) if due_by is None else min(due_by, now)
+            free = (
+                sorted((p for p in free if fresh_from <= p[1] <= due), key=lambda p: p[1],
+                       reverse=True)
+                + [p for p in free if p[1] > due]
+                + [p for p in free if p[1] < fresh_from]
+            )  # fmt: skip
         free_ids = [run_id for run_id, _ in free]
         caps = self._run_caps()
         if caps:  # max_concurrent_runs: a capped tenant's runs only up to its room

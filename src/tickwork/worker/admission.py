@@ -17,9 +17,13 @@ here and asks for the next one whenever a slot of its pool may be free.
   pools (`set_run_caps`). The lease statements enforce it across the cluster; here it bounds
   the fires an in-process claim (`tickwork up`) leased to this executor, which no lease
   statement counted before they came.
-* Order among startable fires: first attempts before retries, then the oldest instant, then
+* Order among startable fires: first attempts before retries; then the tenant served least
+  recently in this pool (round-robin across tenants); within a tenant the oldest instant, then
   the first parked. A retry has already had its turn; an on-time fire that waits behind it
-  becomes late, the retry was late anyway (its backoff just ended).
+  becomes late, the retry was late anyway (its backoff just ended). Round-robin, because the
+  caps bind only on fires in flight: a task that completes without suspending is never in
+  flight for long, so one tenant's thousands of parked fires (a backlog, older instants) would
+  otherwise all start before another tenant's fire that came due meanwhile (ADR 0026).
 """
 
 from __future__ import annotations
@@ -118,6 +122,8 @@ class Admission(Generic[T]):
         self._arrival = itertools.count()
         self._parked = 0
         self._run_caps: dict[str, int] = {}  # tenant -> max_concurrent_runs, across pools
+        self._turn = itertools.count()
+        self._served: dict[tuple[Pool, str], int] = {}  # (pool, tenant) -> its last turn
 
     def set_run_caps(self, caps: dict[str, int]) -> None:
         """The tenants' `max_concurrent_runs` from now on (those absent: none). Fires already
@@ -143,15 +149,18 @@ class Admission(Generic[T]):
         if self.running(pool) >= self._limits[pool].slots:
             return None
         best: Lane | None = None
-        first: tuple[bool, datetime, int] | None = None
+        first: tuple[bool, int, datetime, int] | None = None
+        served = self._served
         for lane, heap in self._lanes.items():
             if lane.pool is not pool or self._capped(lane):
                 continue
-            head = heap[0][:3]
+            retry, instant, arrival = heap[0][:3]
+            head = (retry, served.get((pool, lane.tenant), -1), instant, arrival)
             if first is None or head < first:
                 best, first = lane, head
         if best is None:
             return None
+        served[(pool, best.tenant)] = next(self._turn)
         heap = self._lanes[best]
         item = heapq.heappop(heap)[3]
         if not heap:

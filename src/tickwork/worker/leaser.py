@@ -159,6 +159,7 @@ class StoreLeaser:
                 lease_until=lease_until,
                 limit=room,
                 fresh_from=self._fresh_from(now),
+                due_by=now,
             )
         except Exception:
             # The error may have come after the commit (a lost reply): the runs would then be

@@ -547,6 +547,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         limit: int,
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
+        due_by: datetime | None = None,
     ) -> list[Fire]:
         values = {
             "owner": owner,
@@ -561,7 +562,10 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         elif fresh_from is None:
             found = await self._fetch(self._sql.lease_runs, values, "leasing")
         else:
-            values["fresh_from"] = to_us(fresh_from)
+            fresh = to_us(fresh_from)
+            values["fresh_from"] = fresh
+            # Without due_by the first range is empty: the fresh runs soonest first.
+            values["due_by"] = fresh - 1 if due_by is None else to_us(min(due_by, now))
             found = await self._fetch(self._sql.lease_runs_fresh_first, values, "leasing")
         return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 

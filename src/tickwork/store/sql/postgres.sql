@@ -459,27 +459,43 @@ WITH locked AS (
 {lease_locked}
 
 -- name: lease_runs_fresh_first
--- lease_runs, the runs that became free at or after :fresh_from first (soonest first), then
--- the older ones: each part one range of tw_runs_pending, the second only as large as the
--- first left room for. A backlog claimed late (one tenant's million one-shots) then does not
--- hold back the runs coming due now (ADR 0026).
-WITH fresh AS (
+-- lease_runs in three ranges of tw_runs_pending, each only as large as the ones before it left
+-- room for (ADR 0026), so that a backlog (one tenant's herd claimed into the queue, a dead
+-- worker's runs) does not hold back the runs coming due now:
+-- 1. due: free since :fresh_from and by :due_by (the worker's now), the newest first. For the
+--    first :fresh_from span after a herd's instant its runs are as fresh as anyone's; newest
+--    first, a run that came due after that instant goes ahead of the herd.
+-- 2. ahead: free after :due_by and by :now (the look-ahead), the soonest first.
+-- 3. backlog: free before :fresh_from, the soonest first.
+WITH due AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
-    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :due_by
       AND lease_until_us >= :fresh_from
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
-    ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED
+    ORDER BY lease_until_us DESC LIMIT :limit FOR UPDATE SKIP LOCKED
+),
+ahead AS (
+    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
+    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+      AND lease_until_us > :due_by
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    ORDER BY lease_until_us LIMIT (:limit - (SELECT count(*) FROM due))
+    FOR UPDATE SKIP LOCKED
 ),
 backlog AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us < :fresh_from
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
-    ORDER BY lease_until_us LIMIT (:limit - (SELECT count(*) FROM fresh))
+    ORDER BY lease_until_us
+    LIMIT (:limit - (SELECT count(*) FROM due) - (SELECT count(*) FROM ahead))
     FOR UPDATE SKIP LOCKED
 ),
-locked AS (SELECT * FROM fresh UNION ALL SELECT * FROM backlog),
+locked AS (
+    SELECT * FROM due UNION ALL SELECT * FROM ahead UNION ALL SELECT * FROM backlog
+),
 {lease_locked}
 
 -- max_concurrent_runs (ADR 0024). While some tenant has that limit the leases take the

@@ -210,11 +210,22 @@ WHERE key = :key AND status = 'pending' AND lease_until_us = :held
 -- (postgres.sql says why). Read in the lease's transaction, so nothing
 -- changes them before lease_runs leases them; `lease_owner` says which were leased before
 -- (SQLite's RETURNING shows only the new values, so the lost attempts are read here).
--- The runs free since :fresh_from come first (ADR 0026: a backlog does not hold back what
--- comes due now), each part one range of tw_runs_pending.
+-- With :fresh_from, three ranges of tw_runs_pending, as postgres.sql's lease_runs_fresh_first
+-- (ADR 0026): free since :fresh_from and by :due_by, the newest first; then free after :due_by
+-- (the look-ahead), the soonest first; then the backlog free before :fresh_from. Without it
+-- (:fresh_from and :due_by far in the past) the first range is empty and the rest is one
+-- range in order.
 SELECT * FROM (
     SELECT id, fence_token, lease_owner FROM tw_runs
-    WHERE status = 'pending' AND lease_until_us <= :now AND lease_until_us >= :fresh_from
+    WHERE status = 'pending' AND lease_until_us <= :due_by AND lease_until_us >= :fresh_from
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    ORDER BY lease_until_us DESC LIMIT :limit)
+UNION ALL
+SELECT * FROM (
+    SELECT id, fence_token, lease_owner FROM tw_runs
+    WHERE status = 'pending' AND lease_until_us <= :now AND lease_until_us > :due_by
+      AND lease_until_us >= :fresh_from
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us LIMIT :limit)

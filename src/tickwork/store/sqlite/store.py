@@ -437,14 +437,18 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         limit: int,
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
+        due_by: datetime | None = None,
     ) -> list[Fire]:
         chosen = {
             "now": to_us(now),
             "hand_offs_by": to_us(now if hand_offs_by is None else hand_offs_by),
             "limit": limit,
-            # Without a fresh range every run free by `now` is "fresh": one range, in order.
+            # Without a fresh range every run free by `now` is in the middle range: in order.
             "fresh_from": -(2**62) if fresh_from is None else to_us(fresh_from),
+            "due_by": -(2**62),
         }
+        if fresh_from is not None:  # without due_by the first range is empty
+            chosen["due_by"] = to_us(fresh_from) - 1 if due_by is None else to_us(min(due_by, now))
         lease = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
         caps = await self._run_caps.current()
 
