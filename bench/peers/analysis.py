@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.stats import summary
+from bench.stats import pct, summary
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,14 @@ def fires_over_time(executions: list[Execution], origin_s: float, bin_s: float) 
     return [bins.get(i, 0) for i in range(min(0, min(bins)), last + 1)]
 
 
+def percentiles(values: list[float]) -> list[float]:
+    """p0, p1, ..., p100 (nearest rank) of `values`: the distribution, for plots."""
+    if not values:
+        return []
+    ordered = sorted(values)
+    return [round(pct(ordered, p), 2) if p else round(ordered[0], 2) for p in range(101)]
+
+
 def burst(executions: list[Execution], t_s: float, jobs: int) -> dict[str, Any]:
     """N one-shots due at T: fires/s = distinct fired / (last ran - T), drain time (first ran to
     last ran), lateness, missing (never ran), duplicates (ran more than once)."""
@@ -84,6 +92,7 @@ def burst(executions: list[Execution], t_s: float, jobs: int) -> dict[str, Any]:
         "first_ran_ms": round((min(ran_s, default=math.nan) - t_s) * 1000, 1),
         "drain_s": round(last - min(ran_s), 3) if ran_s else math.nan,
         "lateness_ms": summary([e.lateness_ms for e in firsts.values()]),
+        "lateness_percentiles_ms": percentiles([e.lateness_ms for e in firsts.values()]),
         "early": sum(e.ran_us < e.scheduled_us for e in executions),
     }
 

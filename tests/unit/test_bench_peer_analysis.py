@@ -87,3 +87,10 @@ def test_ratio_handles_missing_figures() -> None:
     assert analysis.ratio(None, 4) is None
     assert analysis.ratio(1.0, 0) is None
     assert analysis.ratio(math.nan, 2.0) is None
+
+
+def test_percentiles_for_the_distribution_plot() -> None:
+    found = analysis.percentiles([float(v) for v in range(1, 201)])
+    assert len(found) == 101
+    assert (found[0], found[50], found[100]) == (1.0, 100.0, 200.0)
+    assert analysis.percentiles([]) == []
