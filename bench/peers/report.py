@@ -21,7 +21,8 @@ def write(data: dict[str, Any], args: argparse.Namespace, plots_dir: Path | None
         data["plots"] = plots.draw(data, plots_dir)
     out = args.out or RESULTS_DIR / f"peers-{data['run_id']}.json"
     out.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
-    md = RESULTS_DIR / ("peers-quick.md" if data["quick"] else "peers.md")
+    default_md = RESULTS_DIR / ("peers-quick.md" if data["quick"] else "peers.md")
+    md = out.with_suffix(".md") if args.out else default_md
     md.write_text(markdown(data), encoding="utf-8")
     print(f"table: {md}", flush=True)
     return out

@@ -55,7 +55,8 @@ async def ceiling(env: Env, jobs: int) -> dict[str, Any]:
     except Exception as exc:  # the run goes on; the report says the ceiling is missing
         found = {"error": f"{type(exc).__name__}: {exc}"}
     print(raw_fire_loop.summary_line(found), flush=True)
-    return {"peer": "bare_sql", "scenario": "burst", **found}
+    drain = analysis.ratio(jobs - 1, found.get("drain_per_s"))  # first to last, as the peers'
+    return {"peer": "bare_sql", "scenario": "burst", "drain_s": drain, **found}
 
 
 async def precision(env: Env, jobs: int, seconds: int, variant: str) -> dict[str, Any]:
