@@ -49,6 +49,10 @@ class Peer:
 
 
 APSCHEDULER = ("apscheduler==3.11.3", "sqlalchemy==2.0.58", "psycopg[binary]==3.3.9")
+# 4.0.0a6 with anyio 4.16 fails in AsyncpgEventBroker's notification callback
+# (NoEventLoopError); anyio 4.4 works.
+APSCHEDULER4 = ("apscheduler==4.0.0a6", "sqlalchemy==2.0.58", "asyncpg==0.30.0",
+                "anyio==4.4.0", "sniffio==1.3.1")  # fmt: skip
 CELERY = ("celery[redis]==5.7.0", "redis==8.2.0", "celery-redbeat==2.4.2")
 
 PEERS: dict[str, Peer] = {
@@ -66,6 +70,20 @@ PEERS: dict[str, Peer] = {
                 "(psycopg 3), ThreadPoolExecutor of 10 threads (its default), coalesce off, "
                 "misfire_grace_time None (run however late: the 1 s default would drop late "
                 "fires silently)"
+            ),
+        ),
+        Peer(
+            name="apscheduler4",
+            harness="apscheduler4.py",
+            venv="apscheduler4",
+            packages=APSCHEDULER4,
+            scenarios=SCENARIOS,
+            postgres=True,
+            fair=(
+                "APScheduler 4.0.0a6 (pre-release) AsyncScheduler in role both, "
+                "SQLAlchemyDataStore on PostgreSQL (asyncpg) with AsyncpgEventBroker (its "
+                "documented PostgreSQL setup), max_concurrent_jobs 100 (default), async no-op "
+                "body, misfire_grace_time None, CoalescePolicy.all"
             ),
         ),
         Peer(
