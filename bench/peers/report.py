@@ -99,6 +99,16 @@ def burst_rows(cases: list[dict[str, Any]], jobs: int) -> list[str]:
     return rows
 
 
+def _not_ready(cases: list[dict[str, Any]], jobs: int) -> list[str]:
+    """A contender whose processes started after T measured its start-up too: say so."""
+    late = [c for c in cases if c["scenario"] == "burst" and c.get("jobs") == jobs
+            and isinstance(c.get("ready_before_t_s"), int | float)
+            and c["ready_before_t_s"] < 0]  # fmt: skip
+    return [f"**{c['peer']} was not ready at T** (its processes were up "
+            f"{-c['ready_before_t_s']} s after T): its row measures its start-up too; "
+            "do not compare it." for c in late] + ([""] if late else [])  # fmt: skip
+
+
 def precision_rows(cases: list[dict[str, Any]]) -> list[str]:
     rows = [
         "| contender | variant | jobs | seconds | lateness p50 / p99 / max ms | missed | dup "
@@ -147,6 +157,7 @@ def markdown(data: dict[str, Any]) -> str:
             )
             lines += [f"tickwork at N={jobs:,}: {_ratio(share)} of its bare-SQL ceiling's "
                       "fires/s (row bare_sql, the same N).", ""]  # fmt: skip
+            lines += _not_ready(cases, jobs)
     if "precision" in cfg["scenarios"]:
         title = (f"## Precision: every-second jobs, {cfg['precision_seconds']} s measured "
                  f"after {cfg['precision_warmup_s']} s")  # fmt: skip
