@@ -11,6 +11,10 @@ from bench.machine import REPO
 DIR = REPO / "docs" / "img"
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def draw(data: dict[str, Any], where: Path) -> list[str]:
     try:
         import matplotlib
@@ -43,22 +47,38 @@ def draw(data: dict[str, Any], where: Path) -> list[str]:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    written.append(str(path.relative_to(REPO)))
+    written.append(_shown(path))
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, (rate, done) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     for case in bursts:
         series = case["fires_over_time"]
-        bin_s = series["bin_s"]
-        ax.plot([i * bin_s for i in range(len(series["counts"]))],
-                [n / bin_s for n in series["counts"]], label=case["peer"])  # fmt: skip
-    ax.set_xlabel("seconds after T")
-    ax.set_ylabel("fires/s (0.1 s bins)")
-    ax.set_title(f"Burst of {jobs:,} one-shots due at T: fires over time")
-    ax.legend()
-    ax.grid(alpha=0.3)
+        bin_s, counts = series["bin_s"], series["counts"]
+        t = [(i + 1) * bin_s for i in range(len(counts))]
+        rate.plot(t, [n / bin_s for n in counts], label=case["peer"], linewidth=1)
+        total, cumulative = 0, []
+        for n in counts:
+            total += n
+            cumulative.append(100 * total / jobs)
+        done.plot(t, cumulative, label=case["peer"])
+    # A slow peer's tail runs for minutes, a fast one's for a second: a log time axis.
+    done.set_xscale("log")
+    done.set_xlabel("seconds after T (end of each 0.1 s bin, log scale)")
+    rate.set_ylabel("fires/s (0.1 s bins)")
+    done.set_ylabel("% of the burst done")
+    rate.set_title(f"Burst of {jobs:,} one-shots due at T: fires over time ({data['date']})")
+    for ax in (rate, done):
+        ax.grid(alpha=0.3)
+    done.legend()
     path = where / "peers-burst-fires.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    written.append(str(path.relative_to(REPO)))
+    written.append(_shown(path))
     return written
+
+
+if __name__ == "__main__":  # redraw from a run's JSON: python -m bench.peers.plots FILE.json
+    import json
+    import sys
+
+    print(draw(json.loads(Path(sys.argv[1]).read_text()), DIR))
