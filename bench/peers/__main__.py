@@ -1,0 +1,3 @@
+from bench.peers.cli import main
+
+main()
