@@ -88,15 +88,18 @@ def burst_figures(runs: list[Run], t_s: float, jobs: int) -> dict[str, Any]:
     }
 
 
-def precision_figures(runs: list[Run], start_s: float, end_s: float, jobs: int) -> dict[str, Any]:
+def precision_figures(
+    runs: list[Run], start_s: float, end_s: float, jobs: int, period_s: int = 1
+) -> dict[str, Any]:
     inside = [r for r in runs if start_s * 1e6 <= r.scheduled_us < end_s * 1e6]
     seconds = round(end_s - start_s)
+    expected = jobs * (seconds // period_s)
     # the window's last third alone shows whether the peer falls further behind over time
     last_third = [r for r in inside if r.scheduled_us >= (end_s - seconds / 3) * 1e6]
     return {
-        "expected": jobs * seconds,
+        "expected": expected,
         "ran": len(inside),
-        "missed": jobs * seconds - len({(r.key, r.scheduled_us) for r in inside}),
+        "missed": expected - len({(r.key, r.scheduled_us) for r in inside}),
         "duplicates": duplicates(inside),
         "lateness_ms": lateness_ms(inside),
         "lateness_last_third_ms": lateness_ms(last_third),
@@ -108,7 +111,8 @@ def figures(runs: list[Run], rep: dict[str, Any]) -> dict[str, Any]:
         return burst_figures(runs, float(rep["t_s"]), int(rep["jobs"]))
     if "window_start_s" in rep:
         start, end = float(rep["window_start_s"]), float(rep["window_end_s"])
-        return precision_figures(runs, start, end, int(rep["jobs"]))
+        period = int(rep.get("period_s", 1))
+        return precision_figures(runs, start, end, int(rep["jobs"]), period)
     return {}
 
 

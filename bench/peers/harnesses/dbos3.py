@@ -53,7 +53,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work-dir", default=".")
     p.add_argument("--budget-s", type=float, default=290.0)
     p.add_argument("--lead", type=float, default=40.0, help="burst: seconds from start to T")
-    p.add_argument("--worker-concurrency", type=int, default=100, help="0: no limit")
+    p.add_argument("--worker-concurrency", type=int, default=0, help="0: no limit (default)")
     p.add_argument("--poll", type=float, default=1.0, help="queue polling_interval_sec")
     p.add_argument(
         "--schedule-queue",

@@ -69,6 +69,8 @@ class Harness:
     def __init__(self, dsn: str, log_path: str, pool_max: int) -> None:
         self.log = BodyLog(log_path)
         self.ran = 0
+        self.target = 0  # wait_count's goal: the body sets all_ran when it is reached
+        self.all_ran = asyncio.Event()
         self.app = procrastinate.App(
             connector=procrastinate.PsycopgConnector(conninfo=dsn, min_size=2, max_size=pool_max)
         )
@@ -77,6 +79,8 @@ class Harness:
         async def noop(key: str, scheduled_s: float) -> None:
             self.log.ran(key, scheduled_s)
             self.ran += 1
+            if self.ran >= self.target:
+                self.all_ran.set()
 
         @self.app.task(name="tick", queue="default")
         async def tick(timestamp: int, pid: str) -> None:
@@ -104,8 +108,11 @@ async def stop_worker(worker: asyncio.Task[None]) -> None:
 
 
 async def wait_count(h: Harness, target: int, deadline: float) -> None:
-    while h.ran < target and time.time() < deadline:
-        await asyncio.sleep(0.05)
+    h.target = target
+    if h.ran >= target:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(h.all_ran.wait(), max(0.0, deadline - time.time()))
 
 
 async def defer_burst(h: Harness, n: int, at: float) -> float:
