@@ -168,6 +168,9 @@ def main() -> None:
     try:
         proc = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True,
                               timeout=CAP_S)  # fmt: skip
+    except subprocess.TimeoutExpired as e:  # run() has killed it; say what it printed
+        sys.stderr.write(str(e.stderr or "")[-4000:])
+        raise SystemExit(f"harness overstayed {CAP_S} s and was killed") from None
     finally:
         if db is not None:
             psql(args.admin_dsn, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')

@@ -24,6 +24,7 @@ first seconds after launch, then every 30 s).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -72,6 +73,23 @@ ARGS = parse_args()
 LOG = BodyLog(ARGS.body_log)
 RAN = [0]
 RAN_LOCK = threading.Lock()
+# What the report can already say, for the watchdog if the run overstays its budget.
+STATE: dict[str, Any] = {}
+
+
+def start_watchdog(args: argparse.Namespace, started: float) -> None:
+    """At the budget's end: dump every thread's stack (where DBOS is stuck) to the work dir,
+    print the report with what is known and an error, and exit."""
+
+    def expire() -> None:
+        with open(os.path.join(args.work_dir, "stacks.txt"), "w") as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        report(**config(args), **STATE, error="budget exceeded (stacks.txt in the work dir)")
+        os._exit(3)
+
+    timer = threading.Timer(max(1.0, started + args.budget_s - 5.0 - time.time()), expire)
+    timer.daemon = True
+    timer.start()
 
 
 @DBOS.workflow()
@@ -136,6 +154,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
 def run_burst(args: argparse.Namespace, started: float) -> dict[str, Any]:
     launch(args)
     at = float(int(time.time() + args.lead))
+    STATE.update(t_s=at, jobs=args.jobs)
     t0 = time.time()
     done = enqueue_burst(args.jobs, at)
     print("measuring", flush=True)
@@ -153,7 +172,9 @@ def run_precision(args: argparse.Namespace) -> dict[str, Any]:
     launch(args)
     queue_name = QUEUE if args.schedule_queue == "own" else None
     t0 = time.time()
+    STATE.update(jobs=args.jobs, schedule_queue=args.schedule_queue)
     for j in range(args.jobs):
+        STATE["schedules_created"] = j
         DBOS.create_schedule(
             schedule_name=f"s{j}",
             workflow_fn=tick,
@@ -164,6 +185,7 @@ def run_precision(args: argparse.Namespace) -> dict[str, Any]:
     created = time.time()
     start = float(int(created + args.warmup_s) + 1)
     end = start + args.seconds
+    STATE.update(window_start_s=start, window_end_s=end, schedules_created=args.jobs)
     print("measuring", flush=True)
     time.sleep(max(0.0, end + 5.0 - time.time()))
     return {
@@ -206,6 +228,7 @@ def count_lines(path: str) -> int:
 
 def run_failover(args: argparse.Namespace, started: float) -> dict[str, Any]:
     at = float(int(time.time() + args.lead))
+    STATE.update(t_s=at, jobs=args.jobs)
     argv = [sys.executable, __file__, "--scenario", "failover", "--body-log", args.body_log,
             "--pg-dsn", args.pg_dsn, "--at", str(at), "--jobs", str(args.jobs),
             "--worker-concurrency", str(args.worker_concurrency), "--poll", str(args.poll),
@@ -234,6 +257,8 @@ def run_failover(args: argparse.Namespace, started: float) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> None:
     started = args.started or time.time()
+    if args.role is None:
+        start_watchdog(args, started)
     if args.role == "victim":
         run_victim(args, started)
     elif args.role == "survivor":
