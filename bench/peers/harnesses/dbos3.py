@@ -62,6 +62,7 @@ def parse_args() -> argparse.Namespace:
         default="internal",
         help="precision: enqueue scheduled workflows on DBOS's internal queue or on ours (--poll)",
     )
+    p.add_argument("--sys-db-pool-size", type=int, default=0, help="0: DBOS's default (20)")
     p.add_argument("--kill-after", type=int, default=3000)
     p.add_argument("--role", choices=["victim", "survivor"], help=argparse.SUPPRESS)
     p.add_argument("--at", type=float, help=argparse.SUPPRESS)
@@ -114,6 +115,8 @@ def launch(args: argparse.Namespace) -> None:
         "executor_id": "local",
         "application_version": "v1",
     }
+    if args.sys_db_pool_size:
+        config["sys_db_pool_size"] = args.sys_db_pool_size
     DBOS(config=config)
     DBOS.launch()
     DBOS.register_queue(
@@ -147,6 +150,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
         "version": dbos_pkg.__version__ if hasattr(dbos_pkg, "__version__") else "3.4.0",
         "worker_concurrency": args.worker_concurrency,
         "queue_polling_interval_s": args.poll,
+        "sys_db_pool_size": args.sys_db_pool_size or "default (20)",
         "processes": 1,
     }
 
