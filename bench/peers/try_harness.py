@@ -118,7 +118,7 @@ def figures(runs: list[Run], rep: dict[str, Any]) -> dict[str, Any]:
 
 def venv_python(peer: str) -> Path:
     spec = PG_PEERS[peer]
-    venv = VENVS / f"{peer}-{spec['version']}"
+    venv = VENVS / spec["venv"]
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run(["uv", "venv", "-q", str(venv)], check=True)
@@ -156,7 +156,8 @@ def main() -> None:
     command = [str(python), str(HARNESSES / spec["harness"]), "--scenario", args.scenario,
             "--jobs", str(args.jobs), "--seconds", str(args.seconds),
             "--warmup-s", str(args.warmup_s), "--body-log", str(body_log),
-            "--work-dir", str(work), "--budget-s", str(CAP_S - 10)]  # fmt: skip
+            "--work-dir", str(work), "--budget-s", str(CAP_S - 10),
+            *spec["extra_args"]]  # fmt: skip
     db = None
     if spec["postgres"]:
         db = f"twpeer_{args.peer}_{secrets.token_hex(4)}"
