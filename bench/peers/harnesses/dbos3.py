@@ -125,7 +125,8 @@ def launch(args: argparse.Namespace) -> None:
 
 
 def deadline(args: argparse.Namespace, started: float) -> float:
-    return started + args.budget_s - 20.0
+    budget: float = args.budget_s
+    return started + budget - 20.0
 
 
 def wait_ran(target: int, until: float) -> None:

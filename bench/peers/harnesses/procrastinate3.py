@@ -120,7 +120,9 @@ async def defer_burst(h: Harness, n: int, at: float) -> float:
     when = dt.datetime.fromtimestamp(at, UTC)
     deferrer = h.noop.configure(schedule_at=when)
     for start in range(0, n, BATCH):
-        batch = [{"key": f"b-{i}", "scheduled_s": at} for i in range(start, min(n, start + BATCH))]
+        batch: list[dict[str, Any]] = [
+            {"key": f"b-{i}", "scheduled_s": at} for i in range(start, min(n, start + BATCH))
+        ]
         await deferrer.batch_defer_async(*batch)
     return time.time()
 
@@ -140,7 +142,8 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
 
 def deadline(args: argparse.Namespace, started: float) -> float:
     """When to stop waiting, so the whole run stays within --budget-s (cleanup included)."""
-    return started + args.budget_s - 30.0
+    budget: float = args.budget_s
+    return started + budget - 30.0
 
 
 async def run_burst(args: argparse.Namespace, started: float) -> dict[str, Any]:
