@@ -118,7 +118,7 @@ def figures(runs: list[Run], rep: dict[str, Any]) -> dict[str, Any]:
 
 def venv_python(peer: str) -> Path:
     spec = PG_PEERS[peer]
-    venv = VENVS / spec["venv"]
+    venv = VENVS / str(spec["venv"])
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run(["uv", "venv", "-q", str(venv)], check=True)
