@@ -180,13 +180,18 @@ def run_precision(args: argparse.Namespace) -> dict[str, Any]:
     STATE.update(jobs=args.jobs, schedule_queue=args.schedule_queue)
     for j in range(args.jobs):
         STATE["schedules_created"] = j
-        DBOS.create_schedule(
-            schedule_name=f"s{j}",
-            workflow_fn=tick,
-            schedule=CRON_EVERY_SECOND,
-            context=f"s{j}",
-            queue_name=queue_name,
-        )
+        try:
+            DBOS.create_schedule(
+                schedule_name=f"s{j}",
+                workflow_fn=tick,
+                schedule=CRON_EVERY_SECOND,
+                context=f"s{j}",
+                queue_name=queue_name,
+            )
+        except Exception as e:  # seen at K = 1,000: the pool is taken by the schedule threads
+            STATE["error"] = f"create_schedule #{j} failed: {type(e).__name__}: {e}"[:300]
+            report(**config(args), **STATE)
+            os._exit(4)
     created = time.time()
     start = float(int(created + args.warmup_s) + 1)
     end = start + args.seconds
