@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.peers.registry_pg import PG_PEERS
+
 SCENARIOS = ("burst", "precision")
 
 # A custom resource: given the run's context, an async context manager yielding extra argv.
@@ -116,5 +118,17 @@ PEERS: dict[str, Peer] = {
         ),
     )
 }
+
+
+def _from_pg_peers(name: str) -> Peer:
+    """A PostgreSQL-family peer of registry_pg.py in the runner's shape: its fields, and of its
+    scenarios those the runner drives (its own `failover` runs through try_harness.py)."""
+    spec = {k: v for k, v in PG_PEERS[name].items() if k in Peer.__dataclass_fields__}
+    spec["scenarios"] = tuple(s for s in spec["scenarios"] if s in SCENARIOS)
+    return Peer(**spec)
+
+
+# pg_cron stays out: its schedules are per minute (a precision run of its own, PEERS-pg.md).
+PEERS.update({name: _from_pg_peers(name) for name in ("procrastinate", "dbos")})
 
 HARNESSES = Path(__file__).resolve().parent / "harnesses"

@@ -36,7 +36,15 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 API_DOC = ROOT / "docs" / "api.md"
 CONFIG_REFERENCE = ROOT / "docs" / "configuration.md"
 # `TICKWORK_*` variables that are read by name rather than through `Settings`.
-NOT_SETTINGS = frozenset({"TICKWORK_TEST_PG_DSN", "TICKWORK_TEST_REQUIRE", "TICKWORK_FAULT"})
+NOT_SETTINGS = frozenset(
+    {
+        "TICKWORK_TEST_PG_DSN",
+        "TICKWORK_TEST_REQUIRE",
+        "TICKWORK_FAULT",
+        "TICKWORK_BENCH_SMOKE",  # the peer suite's smoke test, on in CI
+        "TICKWORK_BENCH_BODY_LOG",  # the benchmark's no-op task writes the peers' body log
+    }
+)
 # Where those names must be read (this file does not count: it only lists them).
 CODE_DIRS = ("src", "tests", "bench", ".ci")
 
