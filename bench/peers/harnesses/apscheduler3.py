@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import Any
 
-from _record import BodyLog, report
+from _record import BodyLog, harness_parser, report, wait_until
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -61,19 +61,6 @@ def executed() -> int:
         return _count
 
 
-def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--scenario", choices=("burst", "precision"), required=True)
-    ap.add_argument("--jobs", type=int, required=True)
-    ap.add_argument("--seconds", type=int, default=0)
-    ap.add_argument("--warmup-s", type=float, default=0.0)
-    ap.add_argument("--body-log", required=True)
-    ap.add_argument("--work-dir", default=".")
-    ap.add_argument("--budget-s", type=float, default=290.0)
-    ap.add_argument("--pg-dsn", required=True)
-    return ap.parse_args()
-
-
 def make_scheduler(dsn: str) -> BackgroundScheduler:
     url = dsn.replace("postgresql://", "postgresql+psycopg://", 1)
     return BackgroundScheduler(
@@ -95,15 +82,6 @@ def add_rate(sched: BackgroundScheduler) -> float:
     return rate
 
 
-def wait_for(count: int, deadline: float) -> bool:
-    """Poll the executed count until `count` or the deadline (a benchmark's bounded wait)."""
-    while time.time() < deadline:
-        if executed() >= count:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def burst(
     sched: BackgroundScheduler, a: argparse.Namespace, rate: float, end: float
 ) -> dict[str, Any]:
@@ -114,7 +92,7 @@ def burst(
     added_before_t = round(t_s - time.time(), 2)
     sched.resume()
     print("measuring", flush=True)
-    completed = wait_for(a.jobs, end)
+    completed = wait_until(executed, a.jobs, end, poll_s=0.05)
     return {"t_s": t_s, "added_before_t_s": added_before_t, "completed": completed}
 
 
@@ -139,7 +117,7 @@ def precision(
 
 def main() -> None:
     global _body
-    a = parse()
+    a = harness_parser(("burst", "precision"), service="pg-dsn").parse_args()
     began = time.time()
     logging.basicConfig(level=logging.WARNING)
     executor_log = logging.getLogger("apscheduler.executors.default")

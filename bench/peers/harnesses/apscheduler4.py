@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from typing import Any
 
-from _record import BodyLog, report
+from _record import BodyLog, await_until, harness_parser, report
 from apscheduler import AsyncScheduler, CoalescePolicy, current_job
 from apscheduler.datastores.sqlalchemy import SQLAlchemyDataStore
 from apscheduler.eventbrokers.asyncpg import AsyncpgEventBroker
@@ -45,19 +45,6 @@ async def noop(key: str) -> None:
     _count += 1
 
 
-def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--scenario", choices=("burst", "precision"), required=True)
-    ap.add_argument("--jobs", type=int, required=True)
-    ap.add_argument("--seconds", type=int, default=0)
-    ap.add_argument("--warmup-s", type=float, default=0.0)
-    ap.add_argument("--body-log", required=True)
-    ap.add_argument("--work-dir", default=".")
-    ap.add_argument("--budget-s", type=float, default=290.0)
-    ap.add_argument("--pg-dsn", required=True)
-    return ap.parse_args()
-
-
 async def add_rate(scheduler: AsyncScheduler) -> float:
     """Schedules added per second, measured with far-future ones that are then removed."""
     far = datetime.now(UTC) + timedelta(days=1)
@@ -68,15 +55,6 @@ async def add_rate(scheduler: AsyncScheduler) -> float:
     for i in range(CALIBRATION_SCHEDULES):
         await scheduler.remove_schedule(f"cal{i}")
     return rate
-
-
-async def wait_for(count: int, deadline: float) -> bool:
-    """Poll the executed count until `count` or the deadline (a benchmark's bounded wait)."""
-    while time.time() < deadline:
-        if _count >= count:
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def run(scheduler: AsyncScheduler, a: argparse.Namespace, end: float) -> dict[str, Any]:
@@ -97,7 +75,8 @@ async def run(scheduler: AsyncScheduler, a: argparse.Namespace, end: float) -> d
     print("measuring", flush=True)
     found: dict[str, Any] = {"added_before_t_s": added_before, "add_rate_per_s": round(rate, 1)}
     if a.scenario == "burst":
-        return found | {"t_s": start, "completed": await wait_for(a.jobs, end)}
+        completed = await await_until(lambda: _count, a.jobs, end, poll_s=0.05)
+        return found | {"t_s": start, "completed": completed}
     await asyncio.sleep(max(0.0, min(stop, end) - time.time()))  # the window is fixed in time
     window_start = start + math.ceil(a.warmup_s)
     return found | {"window_start_s": window_start, "window_end_s": window_start + a.seconds,
@@ -106,7 +85,7 @@ async def run(scheduler: AsyncScheduler, a: argparse.Namespace, end: float) -> d
 
 async def main() -> None:
     global _body
-    a = parse()
+    a = harness_parser(("burst", "precision"), service="pg-dsn").parse_args()
     end = time.time() + a.budget_s
     _body = BodyLog(a.body_log)
     config = {"peer": "apscheduler4", "apscheduler": version("apscheduler"),

@@ -19,46 +19,30 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
-import subprocess
-import sys
 import time
 from datetime import MINYEAR, UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from _record import BodyLog, report
+import _celery
+from _record import count_lines, harness_parser, report, wait_until
 from celery import Celery
 from redbeat import RedBeatScheduler, RedBeatSchedulerEntry
 from redbeat.schedules import rrule
 
 LEAD_S = 4.0  # T - end of the saves: beat and worker start in this time
 SETTLE_S = 2.0
-READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 30.0
 
 _url = os.environ.get("PEER_REDIS_URL", "redis://127.0.0.1:6379/9")
 app = Celery("celery_redbeat", broker=_url)
-app.conf.update(
-    task_ignore_result=True,
-    broker_connection_retry_on_startup=True,
-    worker_hijack_root_logger=False,
-    timezone="UTC",
-    enable_utc=True,
-    redbeat_redis_url=_url,
-    redbeat_key_prefix="tw-peer:",
-)
-_body: BodyLog | None = None
+app.conf.update(_celery.CONF, redbeat_redis_url=_url, redbeat_key_prefix="tw-peer:")
 
 
 @app.task(name="noop")
 def noop(key: str, scheduled_s: float = math.nan) -> None:
-    """The job body: record that it ran. The log opens in the pool process that runs it."""
-    global _body
-    if _body is None:
-        _body = BodyLog(os.environ["PEER_BODY_LOG"])
-    _body.ran(key, scheduled_s)
+    """The job body: record that it ran (`scheduled_s` is added by StampingRedBeat)."""
+    _celery.ran(key, scheduled_s)
 
 
 class StampingRedBeat(RedBeatScheduler):  # type: ignore[misc]
@@ -71,71 +55,6 @@ class StampingRedBeat(RedBeatScheduler):  # type: ignore[misc]
             aware = entry.schedule.maybe_make_aware(due)
             entry.kwargs = {**(entry.kwargs or {}), "scheduled_s": aware.timestamp()}
         return super().maybe_due(entry, **kwargs)
-
-
-def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--scenario", choices=("burst", "precision"), required=True)
-    ap.add_argument("--jobs", type=int, required=True)
-    ap.add_argument("--seconds", type=int, default=0)
-    ap.add_argument("--warmup-s", type=float, default=0.0)
-    ap.add_argument("--body-log", required=True)
-    ap.add_argument("--work-dir", default=".")
-    ap.add_argument("--budget-s", type=float, default=290.0)
-    ap.add_argument("--redis-url", required=True)
-    return ap.parse_args()
-
-
-def start(kind: str, a: argparse.Namespace) -> subprocess.Popen[bytes]:
-    base = [sys.executable, "-m", "celery", "-A", "celery_redbeat"]
-    if kind == "worker":
-        cmd = [*base, "worker", "-l", "WARNING", "-P", "prefork", "-c", str(os.cpu_count() or 1),
-               "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
-    else:
-        cmd = [*base, "beat", "-l", "WARNING", "-S", "celery_redbeat.StampingRedBeat",
-               "--pidfile=", "-s", str(Path(a.work_dir) / "beat-schedule")]  # fmt: skip
-    log = open(Path(a.work_dir) / f"{kind}.log", "wb")  # noqa: SIM115 - the child keeps it
-    env = dict(os.environ, PEER_REDIS_URL=a.redis_url, PEER_BODY_LOG=a.body_log)
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def wait_ready(worker: subprocess.Popen[bytes]) -> None:
-    """Until the worker answers a ping (it consumes from then on)."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if worker.poll() is not None:
-            raise RuntimeError(f"worker exited with {worker.returncode}")
-        if app.control.ping(timeout=1.0):
-            return
-    raise RuntimeError("worker did not answer a ping")
-
-
-def stop(child: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL, of this child's pid only."""
-    if child.poll() is None:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
-def count_lines(path: str) -> int:
-    try:
-        with open(path, "rb") as f:
-            return f.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
-def wait_for(path: str, count: int, deadline: float) -> bool:
-    """Poll the body log until `count` lines or the deadline (a benchmark's bounded wait)."""
-    while time.time() < deadline:
-        if count_lines(path) >= count:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def save_entries(prefix: str, jobs: int, schedule: Any) -> float:
@@ -171,13 +90,16 @@ def run(a: argparse.Namespace, end: float) -> dict[str, Any]:
         stop_s = start_s + a.warmup_s + a.seconds + SETTLE_S
         schedule = rrule("SECONDLY", dtstart=first, until=datetime.fromtimestamp(stop_s, UTC))
     save_entries("b" if a.scenario == "burst" else "p", a.jobs, schedule)
-    worker, beat = start("worker", a), start("beat", a)
+    beat_cmd = ("beat", "-l", "WARNING", "-S", "celery_redbeat.StampingRedBeat", "--pidfile=",
+                "-s", str(Path(a.work_dir) / "beat-schedule"))  # fmt: skip
+    worker = _celery.start("celery_redbeat", "worker", _celery.WORKER, a)
+    beat = _celery.start("celery_redbeat", "beat", beat_cmd, a)
     try:
-        wait_ready(worker)
+        _celery.wait_ready(app, worker)
         ready_before = round(start_s - time.time(), 2)
         print("measuring", flush=True)
         if a.scenario == "burst":
-            completed = wait_for(a.body_log, a.jobs, end)
+            completed = wait_until(lambda: count_lines(a.body_log), a.jobs, end, poll_s=0.1)
             return {"t_s": start_s, "ready_before_t_s": ready_before, "completed": completed,
                     "save_rate_per_s": round(rate, 1)}  # fmt: skip
         time.sleep(max(0.0, min(stop_s, end) - time.time()))  # the window is fixed in time
@@ -186,12 +108,12 @@ def run(a: argparse.Namespace, end: float) -> dict[str, Any]:
                 "jobs": a.jobs, "ready_before_start_s": ready_before,
                 "save_rate_per_s": round(rate, 1)}  # fmt: skip
     finally:
-        stop(beat)
-        stop(worker)
+        _celery.stop(beat)
+        _celery.stop(worker)
 
 
 def main() -> None:
-    a = parse()
+    a = harness_parser(("burst", "precision"), service="redis-url").parse_args()
     end = time.time() + a.budget_s
     app.conf.broker_url = app.conf.redbeat_redis_url = a.redis_url
     config = {"peer": "celery_redbeat", "celery": version("celery"),

@@ -27,7 +27,6 @@ import argparse
 import faulthandler
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -36,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 import dbos as dbos_pkg
-from _record import BodyLog, report
+from _record import BodyLog, count_lines, kill_after, report, wait_until
 from dbos import DBOS, DBOSConfig, SetEnqueueOptions, SetWorkflowID
 
 QUEUE = "burst"
@@ -129,11 +128,6 @@ def deadline(args: argparse.Namespace, started: float) -> float:
     return started + budget - 20.0
 
 
-def wait_ran(target: int, until: float) -> None:
-    while RAN[0] < target and time.time() < until:
-        time.sleep(0.05)
-
-
 def enqueue_burst(n: int, at: float) -> float:
     queue = DBOS.retrieve_queue(QUEUE)
     assert queue is not None
@@ -163,7 +157,7 @@ def run_burst(args: argparse.Namespace, started: float) -> dict[str, Any]:
     t0 = time.time()
     done = enqueue_burst(args.jobs, at)
     print("measuring", flush=True)
-    wait_ran(args.jobs, deadline(args, started))
+    wait_until(lambda: RAN[0], args.jobs, deadline(args, started), poll_s=0.05)
     return {
         "t_s": at,
         "jobs": args.jobs,
@@ -210,7 +204,7 @@ def run_precision(args: argparse.Namespace) -> dict[str, Any]:
 def run_victim(args: argparse.Namespace, started: float) -> None:
     launch(args)
     enqueue_burst(args.jobs, args.at)
-    wait_ran(args.jobs, deadline(args, started))
+    wait_until(lambda: RAN[0], args.jobs, deadline(args, started), poll_s=0.05)
 
 
 def distinct_keys(path: str) -> int:
@@ -228,14 +222,6 @@ def run_survivor(args: argparse.Namespace, started: float) -> dict[str, Any]:
     return {"survivor_launch_s": round(launched - t0, 2), "survivor_ran": RAN[0]}
 
 
-def count_lines(path: str) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    except FileNotFoundError:
-        return 0
-
-
 def run_failover(args: argparse.Namespace, started: float) -> dict[str, Any]:
     at = float(int(time.time() + args.lead))
     STATE.update(t_s=at, jobs=args.jobs)
@@ -243,17 +229,8 @@ def run_failover(args: argparse.Namespace, started: float) -> dict[str, Any]:
             "--pg-dsn", args.pg_dsn, "--at", str(at), "--jobs", str(args.jobs),
             "--worker-concurrency", str(args.worker_concurrency), "--poll", str(args.poll),
             "--budget-s", str(args.budget_s), "--started", str(started)]  # fmt: skip
-    victim = subprocess.Popen([*argv, "--role", "victim"])
-    print("measuring", flush=True)
-    try:
-        while count_lines(args.body_log) < args.kill_after and victim.poll() is None:
-            if time.time() > deadline(args, started):
-                break
-            time.sleep(0.01)
-        killed_at = time.time()
-        os.kill(victim.pid, signal.SIGKILL)
-    finally:
-        victim.wait()
+    victim = [*argv, "--role", "victim"]
+    killed_at = kill_after(victim, args.body_log, args.kill_after, deadline(args, started))
     before = count_lines(args.body_log)
     out = subprocess.run([*argv, "--role", "survivor"], check=True, capture_output=True, text=True)
     return {

@@ -25,8 +25,6 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +32,7 @@ from typing import Any
 
 import procrastinate
 import psycopg
-from _record import BodyLog, report
+from _record import BodyLog, count_lines, kill_after, report
 
 BATCH = 1000
 UTC = dt.UTC
@@ -234,17 +232,8 @@ def run_failover(args: argparse.Namespace, started: float) -> dict[str, Any]:
             "--concurrency", str(args.concurrency), "--poll", str(args.poll),
             "--pool-max", str(args.pool_max), "--budget-s", str(args.budget_s),
             "--started", str(started)]  # fmt: skip
-    victim = subprocess.Popen([*argv, "--role", "victim"])
-    print("measuring", flush=True)
-    try:
-        while count_lines(args.body_log) < args.kill_after and victim.poll() is None:
-            if time.time() > deadline(args, started):
-                break
-            time.sleep(0.01)
-        killed_at = time.time()
-        os.kill(victim.pid, signal.SIGKILL)
-    finally:
-        victim.wait()
+    victim = [*argv, "--role", "victim"]
+    killed_at = kill_after(victim, args.body_log, args.kill_after, deadline(args, started))
     before = count_lines(args.body_log)
     survivor = [*argv, "--role", "survivor"]
     if args.retry_stalled:
@@ -258,14 +247,6 @@ def run_failover(args: argparse.Namespace, started: float) -> dict[str, Any]:
         "retry_stalled": args.retry_stalled,
         "survivor": json.loads(out.strip().splitlines()[-1]),
     }
-
-
-def count_lines(path: str) -> int:
-    try:
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    except FileNotFoundError:
-        return 0
 
 
 def main() -> None:
