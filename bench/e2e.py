@@ -40,7 +40,7 @@ from bench import lateness, procs, raw_fire_loop
 from bench.env import Env
 from bench.meter import CpuMeter, wait_for_quiet
 from bench.noop_task import NOOP_TASK
-from bench.pgutil import delta
+from bench.pgutil import delta, time_by_statement
 from bench.receiver import COUNT_PATH
 from bench.stats import summary
 from tickwork.clock import SystemClock
@@ -266,6 +266,7 @@ async def burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
         hook = WebhookTarget(url=f"{base}/hook", method="POST")
         result["create_s"] = await create_at_jobs(url, hook, t_us, cfg)
         before = await env.admin.counters(db)
+        statements_before = await env.admin.statement_times(db)
         async with (
             queue_server(env, queue) as queue_url,
             roles(env, url, queue_url, f"burst-{queue}", result),
@@ -275,11 +276,19 @@ async def burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
             with CpuMeter(env.attribution) as meter:
                 result["waited_s"] = await _wait_for(base, cfg)
     counters = delta(await env.admin.counters(db), before)
+    spent = time_by_statement(
+        await env.admin.statement_times(db), statements_before, cfg.burst_jobs
+    )
     await env.admin.drop(db)
     arrivals = json.loads(out.read_text())
     found = analyse_burst(arrivals, t_us, cfg.burst_jobs, counters)
     statements = _per_fire_statements(result["statements"], cfg.burst_jobs)
-    return result | {"cpu": meter.report(), "statements_per_fire": statements} | found
+    return (
+        result
+        | {"cpu": meter.report(), "statements_per_fire": statements}
+        | found
+        | ({"pg_time_by_statement": spent} if spent else {})
+    )
 
 
 async def task_burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
@@ -291,6 +300,7 @@ async def task_burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any
     t_us = _burst_instant(cfg)
     result["create_s"] = await create_at_jobs(url, TaskTarget(name=NOOP_TASK), t_us, cfg)
     before = await env.admin.counters(db)
+    statements_before = await env.admin.statement_times(db)
     worker_args = ("--import", "bench.noop_task")
     async with (
         queue_server(env, queue) as queue_url,
@@ -302,11 +312,19 @@ async def task_burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any
             result["waited_s"], polls = await _wait_for_runs(url, cfg)
     counters = delta(await env.admin.counters(db), before)
     counters["xact_commit"] -= polls  # our own count queries, one autocommit each
+    spent = time_by_statement(
+        await env.admin.statement_times(db), statements_before, cfg.burst_jobs
+    )
     runs, reruns = await _run_times(url)
     await env.admin.drop(db)
     found = analyse_task_burst(runs, reruns, t_us, cfg.burst_jobs, counters)
     statements = _per_fire_statements(result["statements"], cfg.burst_jobs)
-    return result | {"cpu": meter.report(), "statements_per_fire": statements} | found
+    return (
+        result
+        | {"cpu": meter.report(), "statements_per_fire": statements}
+        | found
+        | ({"pg_time_by_statement": spent} if spent else {})
+    )
 
 
 def _burst_instant(cfg: E2EConfig) -> int:

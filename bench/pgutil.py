@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -109,6 +110,58 @@ class Admin:
             f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database WHERE datname = $1", name
         )
         return {k: int(row[k]) for k in COUNTERS} if row else {}
+
+    async def statement_times(self, name: str) -> dict[int, StatementTime] | None:
+        """PostgreSQL's own time per statement in database `name` so far (pg_stat_statements),
+        or None when the server does not keep it (the extension must be preloaded, as on the
+        cluster `python -m bench.one_burst --pg-statements` starts; the shared server does not)."""
+        try:
+            rows = await self.conn.fetch(
+                "SELECT s.queryid, s.query, s.calls, s.total_exec_time, s.rows"
+                " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+                " WHERE d.datname = $1",
+                name,
+            )
+        except (asyncpg.UndefinedTableError, asyncpg.ObjectNotInPrerequisiteStateError):
+            return None
+        return {
+            r["queryid"]: StatementTime(r["query"], r["calls"], r["total_exec_time"], r["rows"])
+            for r in rows
+        }
+
+
+@dataclass(frozen=True)
+class StatementTime:
+    query: str
+    calls: int
+    total_ms: float
+    rows: int
+
+
+def time_by_statement(
+    after: dict[int, StatementTime] | None,
+    before: dict[int, StatementTime] | None,
+    fires: int,
+    *,
+    most: int = 10,
+) -> list[dict[str, Any]]:
+    """What each statement cost between two snapshots, in µs of PostgreSQL execution time per
+    fire, the costliest first: where the server's share of a fire goes (issue 22)."""
+    if after is None or before is None or fires <= 0:
+        return []
+    spent = []
+    for key, now in after.items():
+        was = before.get(key, StatementTime(now.query, 0, 0.0, 0))
+        calls, ms = now.calls - was.calls, now.total_ms - was.total_ms
+        if calls > 0:
+            spent.append({
+                "us_per_fire": round(ms * 1000 / fires, 1),
+                "calls": calls,
+                "rows": now.rows - was.rows,
+                "statement": " ".join(now.query.split())[:90],
+            })  # fmt: skip
+    spent.sort(key=lambda s: -float(s["us_per_fire"]))
+    return spent[:most]
 
 
 def _parent_pid(pid: int) -> int | None:
