@@ -3,7 +3,6 @@
     uv run python -m bench.one_burst --kind webhook --queue table --jobs 20000 [--reps 3]
     uv run python -m bench.one_burst --kind sustained --queue nats --rate 2000 [--window 20]
     uv run python -m bench.one_burst --kind task --jobs 20000 --reps 3 --ceiling
-    uv run python -m bench.one_burst --kind task --jobs 50000 --pg-statements
 
 With `--ceiling`, each repetition first bursts the bare-SQL fire loop (`raw_fire_loop`) with the
 same N and prints tickwork's fires/s as a share of it: the same-run ratio to quote when a
@@ -15,11 +14,11 @@ worker processes) and prints one line per repetition plus the CPU split, without
 docs/benchmarks.md or bench/results/. Use it to compare two commits back to back on the same
 machine: one repetition of a full benchmark is too noisy for a 20 % difference.
 
-With `--pg-statements`, the case runs on a private PostgreSQL cluster (initdb'd for the run, set
-up as the shared server is, with pg_stat_statements loaded) and each repetition also prints the
-server's execution time per fire for each statement between the jobs' creation and the burst's
-end, the costliest first: where PostgreSQL's share of a fire goes. Execution time includes
-waits (row locks, WAL flushes), so the column can add up to more than the server's CPU.
+On a server that keeps pg_stat_statements (`python -m bench.pg_statements -- <these
+arguments>` starts one), a burst also prints PostgreSQL's execution time per fire for each
+statement from the end of the jobs' creation to the end of the burst, the costliest first:
+where the server's share of a fire goes. Execution time includes waits (row locks, WAL
+flushes), so the column can add up to more than the server's CPU.
 """
 
 from __future__ import annotations
@@ -34,25 +33,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-
 from bench import e2e
 from bench.cli import DEFAULT_PG_DSN
 from bench.env import Env
 from bench.pgutil import Admin, attribution_of
-from tickwork.testing import ThrowawayPostgres
 
 KINDS = ("webhook", "task", "sustained")
-# --pg-statements: a private cluster set up as the shared server is (its memory, WAL and
-# vacuum settings), with pg_stat_statements loaded, which the shared server does not load.
-PROFILED_SERVER = {
-    "shared_buffers": "128MB",
-    "max_wal_size": "1GB",
-    "autovacuum": "off",
-    "max_connections": "200",
-    "shared_preload_libraries": "pg_stat_statements",
-    "pg_stat_statements.track": "all",
-}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -66,12 +52,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--pg-dsn", default=DEFAULT_PG_DSN)
     parser.add_argument("--json", action="store_true", help="print each case as JSON too")
     parser.add_argument(
-        "--pg-statements",
-        action="store_true",
-        help="run on a private PostgreSQL cluster with pg_stat_statements and print the"
-        " server's execution time per fire by statement (--pg-dsn is not used)",
-    )
-    parser.add_argument(
         "--ceiling",
         action="store_true",
         help="bursts: before each repetition, burst the bare-SQL fire loop with the same N",
@@ -80,24 +60,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace) -> None:
-    if not args.pg_statements:
-        await run_on(args, args.pg_dsn)
-        return
-    with ThrowawayPostgres(settings=PROFILED_SERVER) as server:
-        await _create_extension(server.dsn())
-        await run_on(args, server.dsn())
-
-
-async def _create_extension(dsn: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    finally:
-        await conn.close()
-
-
-async def run_on(args: argparse.Namespace, pg_dsn: str) -> None:
-    admin = Admin(pg_dsn, secrets.token_hex(3))
+    admin = Admin(args.pg_dsn, secrets.token_hex(3))
     await admin.open()
     try:
         attribution = await attribution_of(admin)
@@ -120,7 +83,8 @@ async def run_on(args: argparse.Namespace, pg_dsn: str) -> None:
                 print(e2e._burst_line(result, label), flush=True)
             print(f"    cpu cores: {_cpu_line(result)}", flush=True)
             for spent in result.get("pg_time_by_statement", []):
-                print(f"    pg {spent['us_per_fire']:7.1f} µs/fire {spent['calls']:6d} calls:"
+                print(f"    pg time by statement: {spent['us_per_fire']:6.1f} µs/fire,"
+                      f" {spent['calls']} calls:"
                       f" {spent['statement']}", flush=True)  # fmt: skip
             if args.kind == "sustained":
                 print(f"    p99 ms by tenth: {result.get('p99_by_tenth_ms')}", flush=True)

@@ -9,6 +9,10 @@ shared server here, at its defaults, or "fast": 1 s naptime and 1 % scale factor
 most server time: calls, total time, rows, time per row and buffer hits per row. Time per row
 is the cost per fire for the fire path's batched statements (one row per fire). For profiling,
 not a benchmark: nothing is written to docs/ or bench/results/.
+
+That report covers the whole case, the jobs' creation included. For a burst, `one_burst`
+itself also prints each statement's server time per fire from the end of the creation to the
+end of the burst (`pg time by statement` lines): the fire path alone.
 """
 
 from __future__ import annotations
