@@ -285,7 +285,7 @@ class Executor:
         A runner goes from one parked fire to the next without returning to the event loop as
         long as each fire finishes without suspending (a no-op or CPU-only task), so during a
         tenant's herd (~2,000 parked fires) the timer of another tenant's fire could not run
-        until they had all been run: that fire started up to ~60 ms late (issue 21). Parked
+        until they had all been run: tens of milliseconds late (issue 21). Parked
         here instead, it is the next fire this runner takes: admission serves the tenant
         served least recently first. One read of the monotonic clock per fire."""
         timer = self._timer
