@@ -36,6 +36,7 @@ import asyncpg
 from bench import procs
 from bench.env import Env
 from bench.meter import CpuMeter, wait_for_quiet
+from bench.noop_task import NOOP_TASK
 from bench.stats import summary
 from tickwork.testing import free_port
 
@@ -53,10 +54,13 @@ class LatenessConfig:
     window_s: int = 60
     settle_s: float = 2.0  # after the window, before SIGTERM: the last fires finish
     create_concurrency: int = 16
+    # "webhook": a POST to the no-op receiver; "task": the no-op Python task (bench.noop_task),
+    # which leaves only tickwork's own dispatch between the instant and the start.
+    kind: str = "webhook"
 
     @classmethod
-    def quick(cls) -> LatenessConfig:
-        return cls(warmup_s=2.0, window_s=5, settle_s=1.5)
+    def quick(cls, kind: str = "webhook") -> LatenessConfig:
+        return cls(warmup_s=2.0, window_s=5, settle_s=1.5, kind=kind)
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ Run = tuple[str, int, int | None, str, int, int, int | None]
 
 
 async def run_case(env: Env, cfg: LatenessConfig, store: str, variant: str) -> dict[str, Any]:
-    tag = f"{store}-{variant}"
+    tag = f"{store}-{variant}" + ("-task" if cfg.kind == "task" else "")
     quiet = await asyncio.to_thread(
         wait_for_quiet, env.attribution, max_wait_s=3.0 if env.quick else 30.0
     )
@@ -91,7 +95,8 @@ async def run_case(env: Env, cfg: LatenessConfig, store: str, variant: str) -> d
     window: Window = measured.pop("window")
     runs = await _read_runs(url, window)
     arrivals = json.loads(receiver_out.read_text())
-    result = {"store": store, "variant": variant, "foreign_before": quiet, **measured}
+    result = {"store": store, "variant": variant, "kind": cfg.kind, "foreign_before": quiet}
+    result |= measured
     result |= analyse(runs, arrivals, window, cfg)
     return result
 
@@ -109,7 +114,8 @@ async def _with_tickwork(
     data = env.tmp / f"data-{tag}"
     up, _banner = await procs.start(
         "tickwork",
-        [sys.executable, "-m", "tickwork", "up", "--db", url, "--port", str(port)],
+        [sys.executable, "-m", "tickwork", "up", "--db", url, "--port", str(port)]
+        + (["--import", "bench.noop_task"] if cfg.kind == "task" else []),
         ready="listening",
         log_path=env.tmp / f"tickwork-{tag}.log",
         env={
@@ -170,13 +176,18 @@ async def create_jobs(api: str, hook: str, variant: str, cfg: LatenessConfig, ke
     started = time.monotonic()
     slots = asyncio.Semaphore(cfg.create_concurrency)
     headers = {"Authorization": f"Bearer {key}"}
+    target: dict[str, str] = (
+        {"type": "task", "name": NOOP_TASK}
+        if cfg.kind == "task"
+        else {"type": "webhook", "url": hook, "method": "POST"}
+    )
     async with aiohttp.ClientSession(base_url=api, headers=headers) as session:
 
         async def create(i: int, anchor: str) -> None:
             body = {
                 "name": f"bench-{variant}-{i:05d}",
                 "schedule": {"every": "PT1S", "anchor": anchor},
-                "target": {"type": "webhook", "url": hook, "method": "POST"},
+                "target": target,
             }
             async with slots, session.post("/v1/jobs", json=body) as response:
                 if response.status != 201:
@@ -251,6 +262,12 @@ def _receiver(arrivals: list[list[Any]], window: Window) -> dict[str, Any]:
         "distinct": len(keys),
         "lateness_ms": summary(lat_ms),
     }
+
+
+def case_label(case: dict[str, Any]) -> str:
+    """A case's variant as reports name it: the target kind is said when it is not a webhook."""
+    kind = case.get("kind", "webhook")
+    return case["variant"] if kind == "webhook" else f"{case['variant']}, no-op task"
 
 
 def config_dict(cfg: LatenessConfig) -> dict[str, Any]:

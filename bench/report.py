@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from bench import ratios
+from bench.lateness import case_label
 
 LATENESS_TARGET_MS = 20.0
 E2E_WEBHOOK_TARGET = 5000.0  # fires/s end to end with webhooks (the issue)
@@ -99,7 +100,7 @@ def targets(run: dict[str, Any]) -> list[str]:
 def _lateness_target(case: dict[str, Any]) -> list[str]:
     label = (
         f"lateness p99 < {LATENESS_TARGET_MS:g} ms, {STORE_NAMES[case['store']]}, "
-        f"1,000 jobs every 1 s, {case['variant']}"
+        f"1,000 jobs every 1 s, {case_label(case)}"
     )
     if "error" in case:
         return [label, f"failed: {case['error']}", "-", "**no**"]
@@ -228,7 +229,7 @@ def _lateness_tables(cases: list[dict[str, Any]]) -> list[str]:
                 "job creation s", "errors logged"]  # fmt: skip
     rows, cpu_rows, why_rows = [], [], []
     for c in cases:
-        ident = [STORE_NAMES[c["store"]], c["variant"]]
+        ident = [STORE_NAMES[c["store"]], case_label(c)]
         if "error" in c:
             rows.append(ident + [f"failed: {c['error']}"] + [""] * (len(head) - 3))
             continue

@@ -358,7 +358,23 @@ def _keys(secrets: Sequence[str]) -> list[bytes]:
         raise TypeError("secrets: pass a list of secrets, e.g. [secret]")
     if not secrets:
         raise ValueError("secrets: give at least one secret")
-    return [parse_secret(secret) for secret in secrets]
+    return [_parsed_key(secret) for secret in secrets]
+
+
+# Keys parsed from the secrets that signed lately: the same few secrets sign every request of a
+# worker, and decoding one per request was a visible share of a webhook's dispatch (issue 22).
+_PARSED_KEYS: dict[str, bytes] = {}
+_PARSED_KEYS_KEPT = 256
+
+
+def _parsed_key(secret: str) -> bytes:
+    key = _PARSED_KEYS.get(secret)
+    if key is None:
+        key = parse_secret(secret)  # raises on a bad secret: nothing is kept for it
+        if len(_PARSED_KEYS) >= _PARSED_KEYS_KEPT:
+            _PARSED_KEYS.clear()
+        _PARSED_KEYS[secret] = key
+    return key
 
 
 def _signed_content(msg_id: str, timestamp: int, body: bytes) -> bytes:
@@ -366,7 +382,7 @@ def _signed_content(msg_id: str, timestamp: int, body: bytes) -> bytes:
 
 
 def _signature(key: bytes, content: bytes) -> str:
-    digest = hmac.new(key, content, hashlib.sha256).digest()
+    digest = hmac.digest(key, content, "sha256")  # the one-shot C path: no HMAC object
     return f"{SIGNATURE_VERSION},{base64.b64encode(digest).decode('ascii')}"
 
 

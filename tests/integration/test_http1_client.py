@@ -177,22 +177,83 @@ async def test_a_long_answer_is_cut_to_the_limit_and_the_connection_still_reused
     await client.close()
 
 
-async def test_silence_times_out_and_the_connection_is_not_reused() -> None:
-    async def silent_first(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
+def silent_on_first_connection(answer_when: asyncio.Event | None = None) -> Handler:
+    """Never answers on the first connection; answers OK on the others (once `answer_when`
+    is set, if given)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server) -> None:
         first = s.connections == 1
         while await read_request(reader, s) is not None:
             if not first:
+                if answer_when is not None:
+                    await answer_when.wait()
                 writer.write(OK)
 
+    return handle
+
+
+async def test_silence_times_out_and_the_connection_is_not_reused() -> None:
     client = Http1Client(LOOPBACK)
-    async with serving(silent_first) as server:
+    async with serving(silent_on_first_connection()) as server:
         url = f"http://127.0.0.1:{server.port}/"
         with pytest.raises(TimeoutError):
             await client.request("GET", url, headers={}, body=None, timeout_s=0.3)
         response = await client.request("GET", url, headers={}, body=None, timeout_s=5)
         assert response.status == 200
+        assert server.connections == 2
+    await client.close()
+
+
+async def test_a_timeout_is_one_requests_own_and_leaves_its_task_uncancelled() -> None:
+    # Timeouts share one loop timer (worker/deadlines.py): the silent request's deadline must
+    # cancel only its own task, come out as a TimeoutError, and leave that task able to await
+    # again; the request answered meanwhile on another connection is not disturbed.
+    answer_now = asyncio.Event()
+    client = Http1Client(LOOPBACK)
+    async with serving(silent_on_first_connection(answer_now)) as server:
+        url = f"http://127.0.0.1:{server.port}/"
+
+        async def silent() -> str:
+            try:
+                await client.request("GET", url, headers={}, body=None, timeout_s=0.2)
+            except TimeoutError:
+                task = asyncio.current_task()
+                assert task is not None
+                assert task.cancelling() == 0
+                await asyncio.sleep(0)  # a cancel left pending would be raised here
+                answer_now.set()
+                return "timed out"
+            return "answered"
+
+        async def answered() -> int:
+            response = await client.request("GET", url, headers={}, body=None, timeout_s=5)
+            return response.status
+
+        silent_task = asyncio.create_task(silent())
+        await asyncio.sleep(0)  # the silent request takes the first connection
+        results = await asyncio.gather(silent_task, answered())
+        assert results == ["timed out", 200]
+    await client.close()
+
+
+async def test_a_cancel_from_elsewhere_stays_a_cancel_not_a_timeout() -> None:
+    received = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server) -> None:
+        while await read_request(reader, s) is not None:
+            received.set()
+
+    client = Http1Client(LOOPBACK)
+    async with serving(silent) as server:
+        url = f"http://127.0.0.1:{server.port}/"
+        task = asyncio.create_task(client.request("GET", url, headers={}, body=None, timeout_s=5))
+        await received.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The cancelled request's connection is not handed to the next one.
+        with pytest.raises(TimeoutError):
+            await client.request("GET", url, headers={}, body=None, timeout_s=0.2)
         assert server.connections == 2
     await client.close()
 

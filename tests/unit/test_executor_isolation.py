@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from tickwork.clock import ManualClock
@@ -20,7 +20,8 @@ from tickwork.domain.jobs import (
     TaskTarget,
     WebhookTarget,
 )
-from tickwork.domain.runs import Fire
+from tickwork.domain.runs import Fire, RunOutcome
+from tickwork.store.base import Applied
 from tickwork.store.memory import MemoryStore
 from tickwork.worker.admission import Pool, PoolLimits
 from tickwork.worker.base import Attempt
@@ -180,3 +181,43 @@ def test_the_default_limits_and_caps_turned_off() -> None:
     assert limits[Pool.TASK] == PoolLimits(slots=256, tenant_cap=128)
     off = ExecutorConfig(node_id="w1", max_per_host=0, tenant_share=1).limits()
     assert off[Pool.WEBHOOK] == PoolLimits(slots=512, tenant_cap=512, host_cap=None)
+
+
+class RecordingStore(MemoryStore):
+    """The memory store, noting which runs each outcome write carried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: set[int] = set()
+        self.wrote = asyncio.Event()
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
+        self.written.update(outcome.run_id for outcome in outcomes)
+        self.wrote.set()
+        return await super().finish_runs(outcomes)
+
+
+async def test_outcomes_are_written_while_another_tenants_fires_stay_parked() -> None:
+    # The write loop holds finished outcomes back while due fires wait to start (a herd goes
+    # first), but only for a bounded time: tenant A's fires parked behind their origin's cap
+    # for as long as its endpoint hangs must not keep B's finished run from being written.
+    store = RecordingStore()
+    runner = Gate(held=lambda fire: "slow" in str(fire.target))
+    executor, leaser = worker(store, runner, max_per_host=2)
+    await add_runs(store, "a", WebhookTarget(url=SLOW), 20)
+    b_job = await add_runs(store, "b", WebhookTarget(url=FAST), 1)
+    await lease_until_full(leaser)
+    await runner.until(lambda: b_job in runner.jobs_started())
+    b_run = next(fire.run_id for fire in runner.started if fire.job_id == b_job)
+
+    stop = asyncio.Event()
+    writing = asyncio.create_task(executor.run(stop))
+    async with asyncio.timeout(5):
+        while b_run not in store.written:
+            store.wrote.clear()
+            await store.wrote.wait()
+    assert executor.backlog == 20  # A's fires: 2 running, 18 still parked
+    runner.opened.set()
+    stop.set()
+    await writing
+    assert executor.backlog == 0
