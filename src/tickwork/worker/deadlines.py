@@ -38,6 +38,14 @@ class Deadlines:
             return True
         return False
 
+    def settle(self, task: Task) -> bool:
+        """Stop watching `task` (call it where the watched work ends, in a `finally`); True when
+        its deadline cancelled it and no other cancel is pending: the CancelledError that
+        reached the caller is then a timeout, and the task, uncancelled, may await again.
+        False: the deadline did not pass, or a cancel from elsewhere (a shutdown, a refused
+        lease) came too and must go on as a cancel."""
+        return self.end(task) and task.uncancel() == 0
+
     def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
         if self._timer is not None:
             self._timer.cancel()

@@ -206,11 +206,11 @@ class Http1Client:
                         connection.close()  # a timeout or a cancel: its answer may still come
                         raise
             finally:
-                timed_out = self._deadlines.end(task)
+                timed_out = self._deadlines.settle(task)
         except asyncio.CancelledError:
             # Our deadline's cancel becomes a TimeoutError; one from elsewhere (the executor
             # stopping a refused lease, a shutdown) goes on as a cancel.
-            if timed_out and task.uncancel() == 0:
+            if timed_out:
                 raise TimeoutError from None
             raise
         self._release(target, connection)

@@ -86,11 +86,9 @@ async def _call(
             else:
                 await asyncio.to_thread(fn, ctx)
         finally:
-            timed_out = deadlines.end(task)
-            # Our cancel is spent; only a cancel from elsewhere (shutdown) may remain.
-            outside_cancel = timed_out and task.uncancel() > 0
+            timed_out = deadlines.settle(task)
     except asyncio.CancelledError:
-        if not timed_out or outside_cancel:
+        if not timed_out:
             raise
         return Attempt(ok=False, error=f"timed out after {timeout_s:g} s", retryable=True)
     except PermanentFailure as exc:
