@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tickwork.domain.runs import Fire, RunOutcome
 
-__all__ = ["ERROR_EXCERPT_CHARS", "Alerter", "Attempt", "FireSink", "Runner"]
+__all__ = ["ERROR_EXCERPT_CHARS", "Alerter", "Attempt", "FireSink", "Preparing", "Runner"]
 
 # An attempt's error text is kept in the run's history and shown by the API: a receiver's
 # answer or an exception's text is cut to this many characters.
@@ -73,6 +73,22 @@ class Runner(Protocol):
 
     async def __call__(self, fire: Fire, /) -> Attempt:
         """Run `fire`'s attempt once and return what it produced."""
+        ...
+
+
+@runtime_checkable
+class Preparing(Protocol):
+    """A runner that can do part of an attempt's work before the fire's instant.
+
+    The executor calls `prepare` for fires that are not due yet, a batch at a time between
+    other work on the loop, so that the instant itself does less (ADR 0027: a webhook's
+    request is built and signed ahead). Preparing is an optimisation only: a fire that was
+    not prepared, or whose preparation is stale, runs the same. It must not raise, block or
+    do I/O.
+    """
+
+    def prepare(self, fire: Fire, /) -> None:
+        """Do what can be done now for `fire`'s coming attempt."""
         ...
 
 

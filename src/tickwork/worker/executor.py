@@ -51,7 +51,7 @@ from tickwork.store.base import ScheduleStore
 from tickwork.timing.outage import outage_pause_s
 from tickwork.waiting import first_of
 from tickwork.worker.admission import Admission, Lane, Pool, PoolLimits, origin_of, tenant_cap
-from tickwork.worker.base import Alerter, Attempt, Runner
+from tickwork.worker.base import Alerter, Attempt, Preparing, Runner
 from tickwork.worker.lease_timing import (
     DEFAULT_HEARTBEAT_MS,
     DEFAULT_LEASE_TTL_MS,
@@ -71,6 +71,10 @@ MAX_IDLE_S = 1.0  # the longest the write loop sleeps without a wake-up
 # The longest the write loop holds finished outcomes back while due fires wait to start
 # (`_pause`): after a flush interval, the herd of an instant first.
 FLUSH_HOLD_MAX_S = 0.1
+# Fires due at least this far ahead are prepared (Preparing) before their instant, this many
+# per turn of the loop, so that timers due meanwhile are not held up by a herd's preparation.
+PREPARE_AHEAD_MIN_US = 5_000
+PREPARE_PER_TURN = 64
 LANES_KEPT = 4096  # lanes (tenant, target) remembered by _lane_of; past it, they are rebuilt
 _NEVER_US = 2**63 - 1
 
@@ -173,6 +177,10 @@ class Executor:
         self._heartbeat = timedelta(milliseconds=config.heartbeat_ms)
         self._retry_listeners: list[Callable[[datetime], None]] = []
         self._random = random.Random().random  # backoff jitter; tests may replace it
+        # Fires submitted ahead of their instant, for the runner to prepare (ADR 0027).
+        self._prepare = runner.prepare if isinstance(runner, Preparing) else None
+        self._to_prepare: collections.deque[Fire] = collections.deque()
+        self._preparing = False  # a _prepare_some is scheduled
 
     async def refresh_run_caps(self) -> None:
         """Apply the tenants' current max_concurrent_runs (ADR 0024; the store's cache, at
@@ -245,6 +253,11 @@ class Executor:
                 self._park(fire)
             else:
                 heapq.heappush(self._waiting, (to_us(fire.starts_at), next(self._order), fire))
+                if self._prepare is not None:
+                    self._to_prepare.append(fire)
+        if self._to_prepare and not self._preparing:
+            self._preparing = True
+            asyncio.get_running_loop().call_soon(self._prepare_some)
         # Parked fires count against their own bound, not the backlog: a consumer waiting for
         # room may have some now (wait_for_room checks).
         self._room.set()
@@ -252,6 +265,26 @@ class Executor:
         self._start_runners()
         self._arm_timer()
         return started
+
+    def _prepare_some(self) -> None:
+        """Prepare up to PREPARE_PER_TURN waiting fires, then yield to the loop if more wait.
+        A fire about to start (or gone: stopped, started) is left alone: it builds what it
+        needs when it starts."""
+        assert self._prepare is not None
+        soon = to_us(self._clock.now()) + PREPARE_AHEAD_MIN_US
+        for _ in range(min(PREPARE_PER_TURN, len(self._to_prepare))):
+            fire = self._to_prepare.popleft()
+            held = self._leased.get(fire.run_id)
+            if held is None or held[0] != fire.fence_token or to_us(fire.starts_at) < soon:
+                continue
+            try:
+                self._prepare(fire)
+            except Exception:  # an optimisation that failed: the fire builds at its start
+                log.exception("preparing a fire failed", extra={"action": "prepare_failed"})
+        if self._to_prepare:
+            asyncio.get_running_loop().call_soon(self._prepare_some)
+        else:
+            self._preparing = False
 
     def _park(self, fire: Fire) -> None:
         """A due fire waits here for a slot of its pool within its caps."""

@@ -71,11 +71,12 @@ _FORBIDDEN_IN_VALUE = re.compile("[\r\n\0]")
 # in a name folds it into the Host line before it, and "Host " is a second Host to a lenient
 # server.
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-# Header names already found to be tokens: every request of a worker sends the same dozen, and
-# matching each against _TOKEN per request was a visible share of a webhook's dispatch. Bounded
-# (names come from jobs): past the bound, new names are checked every time.
-_VALID_NAMES: set[str] = set()
-_VALID_NAMES_KEPT = 4096
+# Header names already judged (sent as given, or the client's own): every request of a worker
+# sends the same dozen, and lower-casing and matching each against _TOKEN per request was a
+# visible share of a webhook's dispatch. Bounded (names come from jobs): past the bound, new
+# names are judged every time.
+_NAME_VERDICTS: dict[str, bool] = {}
+_NAME_VERDICTS_KEPT = 4096
 
 Resolve = Callable[[str, int], Awaitable[Sequence[str]]]
 
@@ -111,6 +112,14 @@ class Response:
     status: int
     headers: Mapping[str, str]  # lower-case names; a repeated header keeps its last value
     body: bytes  # the first BODY_LIMIT bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request ready to be written: where it goes and its bytes (`Http1Client.prepare`)."""
+
+    target: _Target
+    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +188,20 @@ class Http1Client:
     ) -> Response:
         """One request; raises EgressRefused (the guard said no), TimeoutError, OSError
         (connecting, or a broken answer: ResponseBroken) or ValueError (a bad header)."""
+        return await self.send(self.prepare(method, url, headers=headers, body=body), timeout_s)
+
+    def prepare(
+        self, method: str, url: str, *, headers: Mapping[str, str], body: bytes | None
+    ) -> Prepared:
+        """A request checked and encoded, to `send` now or later (a webhook due at an instant
+        is prepared before it: ADR 0027). Raises EgressRefused for a URL the guard refuses
+        outright and ValueError for a header that cannot be sent."""
         target = self._target(url)
-        payload = _encode_request(method, target, headers, body)
+        return Prepared(target, _encode_request(method, target, headers, body))
+
+    async def send(self, prepared: Prepared, timeout_s: float) -> Response:
+        """Send a prepared request; raises as `request` does."""
+        target, payload = prepared.target, prepared.payload
         # The timeout is one entry in a shared table with one loop timer (worker/deadlines.py),
         # not an asyncio.timeout: arming and cancelling a timer per request was ~10 µs, a
         # seventh of a webhook's dispatch (issue 22's aligned load).
@@ -457,20 +478,32 @@ def _encode_request(
         lines.append(f"proxy-authorization: {proxy.authorization}")
     if target.authorization is not None and "authorization" not in {h.lower() for h in headers}:
         lines.append(f"authorization: {target.authorization}")
+    values = []
     for name, value in headers.items():
-        if name.lower() in _OWN_HEADERS:
-            continue
-        if name not in _VALID_NAMES:
-            if not _TOKEN.fullmatch(name):
-                raise ValueError(f"header name {name[:60]!r} is not a valid HTTP token")
-            if len(_VALID_NAMES) < _VALID_NAMES_KEPT:
-                _VALID_NAMES.add(name)
-        if _FORBIDDEN_IN_VALUE.search(value):
-            raise ValueError(f"header {name!r}: values may not contain CR, LF or NUL")
-        lines.append(f"{name}: {value}")
+        if _is_sent(name):
+            lines.append(f"{name}: {value}")
+            values.append(value)
+    # One search over every value (they rarely hold anything to refuse), then the culprit's
+    # name for the error.
+    if _FORBIDDEN_IN_VALUE.search("".join(values)):
+        name = next(n for n, v in headers.items() if _is_sent(n) and _FORBIDDEN_IN_VALUE.search(v))
+        raise ValueError(f"header {name!r}: values may not contain CR, LF or NUL")
     if body is not None or method in ("POST", "PUT", "PATCH"):
         lines.append(f"content-length: {len(body or b'')}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+
+
+def _is_sent(name: str) -> bool:
+    """Whether header `name` goes out as given (False: the client writes its own); raises
+    ValueError if it is not a valid name. Each verdict is kept (see _NAME_VERDICTS)."""
+    verdict = _NAME_VERDICTS.get(name)
+    if verdict is None:
+        verdict = name.lower() not in _OWN_HEADERS
+        if verdict and not _TOKEN.fullmatch(name):
+            raise ValueError(f"header name {name[:60]!r} is not a valid HTTP token")
+        if len(_NAME_VERDICTS) < _NAME_VERDICTS_KEPT:
+            _NAME_VERDICTS[name] = verdict
+    return verdict
 
 
 _CLOSED_BEFORE_ANSWER = "the server closed the connection before answering"

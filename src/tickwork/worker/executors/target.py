@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tickwork.domain.jobs import TaskTarget
 from tickwork.domain.runs import Fire
-from tickwork.worker.base import ERROR_EXCERPT_CHARS, Attempt, Runner
+from tickwork.worker.base import ERROR_EXCERPT_CHARS, Attempt, Preparing, Runner
 
 __all__ = ["TargetRunner"]
 
@@ -20,6 +20,14 @@ class TargetRunner:
     def __init__(self, webhooks: Runner, tasks: Runner) -> None:
         self._webhooks = webhooks
         self._tasks = tasks
+
+    def prepare(self, fire: Fire) -> None:
+        """Let the webhook runner build `fire`'s request ahead (tasks have nothing to
+        prepare)."""
+        webhooks = self._webhooks
+        readable = fire.unreadable is None
+        if readable and isinstance(webhooks, Preparing) and not isinstance(fire.target, TaskTarget):
+            webhooks.prepare(fire)
 
     async def __call__(self, fire: Fire) -> Attempt:
         if fire.unreadable is not None:  # a stored secret this process has no key for
