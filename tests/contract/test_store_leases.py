@@ -768,6 +768,39 @@ async def test_runs_due_since_a_herds_instant_go_before_the_herd_then_the_look_a
     assert len(third) == 1
 
 
+async def test_ahead_first_leases_the_look_aheads_runs_before_a_herd_due_now(
+    store: ScheduleStore,
+) -> None:
+    # The worker's now is 20 ms after a herd's instant H (four runs free at H), with runs of
+    # others coming due at H + 50 ms and H + 150 ms, inside the look-ahead. A lease of two
+    # with ahead_first=1 takes the soonest of those, then the herd; ahead_first larger than the
+    # look-ahead's runs leases each run once, the rest of the room going to the herd.
+    herd_at = T0 + 10 * SEC
+    ms = timedelta(milliseconds=1)
+    herd = [make_job(n, next_run_at=herd_at) for n in range(10, 14)]
+    soon = make_job(20, next_run_at=herd_at + 50 * ms)
+    later = make_job(21, next_run_at=herd_at + 150 * ms)
+    for job in [*herd, soon, later]:
+        await store.create_job(job)
+    plans = [plan_for(job, new_next=herd_at + 60 * SEC) for job in [*herd, soon, later]]
+    claimed = {e.job_id: e.run_id for e in await store.claim_hand_off(plans, owner="s", now=T0)}
+    now = herd_at + 20 * ms
+    window = {"now": now + 200 * ms, "fresh_from": now - 100 * ms, "due_by": now}
+    until = now + 60 * SEC
+    herd_runs = {claimed[j.id] for j in herd}
+
+    def lease(limit: int, ahead_first: int) -> Awaitable[list[Fire]]:
+        return store.lease_runs(
+            owner="w", lease_until=until, limit=limit, ahead_first=ahead_first, **window
+        )
+
+    first = {f.run_id for f in await lease(2, 1)}
+    assert claimed[soon.id] in first  # coming due in 30 ms: not behind the herd
+    assert len(first & herd_runs) == 1
+    rest = [f.run_id for f in await lease(10, 5)]
+    assert sorted(rest) == sorted((herd_runs - first) | {claimed[later.id]})  # each once
+
+
 async def test_without_due_by_the_fresh_runs_go_soonest_first(store: ScheduleStore) -> None:
     herd_at = T0 + 10 * SEC
     ms = timedelta(milliseconds=1)

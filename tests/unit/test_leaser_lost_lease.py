@@ -47,6 +47,7 @@ class LostLeaseReply(MemoryStore):
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
+        ahead_first: int = 0,
     ) -> list[Fire]:
         if not self.fail_next:
             return await super().lease_runs(
@@ -57,6 +58,7 @@ class LostLeaseReply(MemoryStore):
                 limit=limit,
                 fresh_from=fresh_from,
                 due_by=due_by,
+                ahead_first=ahead_first,
             )
         self.fail_next = False
         if self.commit:
@@ -68,6 +70,7 @@ class LostLeaseReply(MemoryStore):
                 limit=limit,
                 fresh_from=fresh_from,
                 due_by=due_by,
+                ahead_first=ahead_first,
             )
         raise StoreError("PostgreSQL error while leasing: connection lost")
 

@@ -44,6 +44,7 @@ class MeetingStore(MemoryStore):
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
+        ahead_first: int = 0,
     ) -> list[Fire]:
         if self.finishing.is_set() and not self.met:
             self.leasing.set()
@@ -56,6 +57,7 @@ class MeetingStore(MemoryStore):
             limit=limit,
             fresh_from=fresh_from,
             due_by=due_by,
+            ahead_first=ahead_first,
         )
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
@@ -116,6 +118,7 @@ class CountingLeases(MemoryStore):
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
+        ahead_first: int = 0,
     ) -> list[Fire]:
         fires = await super().lease_runs(
             now=now,
@@ -125,6 +128,7 @@ class CountingLeases(MemoryStore):
             limit=limit,
             fresh_from=fresh_from,
             due_by=due_by,
+            ahead_first=ahead_first,
         )
         self.leased += len(fires)
         self.batches.append(len(fires))

@@ -15,7 +15,13 @@ from tickwork.domain.jobs import (
     OverlapPolicy,
     Schedule,
 )
-from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
+from tickwork.scheduler.planning import (
+    REACH_TICKS,
+    claim_reach_ms,
+    plan_claim,
+    settled_bound,
+    sleep_seconds,
+)
 from tickwork.store.base import DueJob
 from tickwork.timing.triggers import next_occurrence
 
@@ -347,3 +353,25 @@ def test_an_occurrence_the_fire_ceiling_held_back_fires_as_on_time_whatever_the_
     plan = plan_claim(due(every_second(policy)), T0 + 10.5 * S, throttled=True)
     assert (plan.scheduled_for, plan.coalesced, plan.new_next_run_at) == (T0, 0, T0 + S)
     assert (plan.missed_first, plan.catchup_first, plan.missed_count) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("recent_s", "expected_ms"),
+    [
+        ([], 200),  # no tick yet: the configured look-ahead
+        ([0.002, 0.004], 200),  # quick ticks: the look-ahead
+        ([0.05, 0.066], 200),  # three ticks still within the look-ahead
+        ([0.01, 0.1, 0.02], REACH_TICKS * 100),  # the longest recent tick sets it
+        ([0.15], 450),
+        ([0.5], 1000),  # never beyond the limit
+    ],
+)
+def test_the_claim_reaches_three_ticks_ahead_when_ticks_are_slow(
+    recent_s: list[float], expected_ms: int
+) -> None:
+    assert claim_reach_ms(200, recent_s, limit_ms=1000) == expected_ms
+
+
+def test_the_claim_reach_never_falls_below_the_look_ahead() -> None:
+    # A limit under the look-ahead (a config that allows it) leaves the look-ahead alone.
+    assert claim_reach_ms(200, [0.5], limit_ms=100) == 200

@@ -438,3 +438,40 @@ async def test_the_loop_claims_the_next_batch_while_the_last_is_published() -> N
     keys = [e.key for batch in publisher.batches for e in batch]
     assert sorted(keys) == sorted(occurrence_key(f"{n:032x}", T0) for n in range(6))
     assert len(set(keys)) == 6
+
+
+class SlowClaims(MemoryStore):
+    """A store whose claims take `took` on the scheduler's clock (a busy database)."""
+
+    def __init__(self, clock: ManualClock, took: timedelta) -> None:
+        super().__init__()
+        self.clock, self.took = clock, took
+
+    async def claim(self, plans: Sequence[ClaimPlan], **kwargs: object) -> Claimed[Fire]:
+        self.clock.advance(self.took)
+        return await super().claim(plans, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_slow_ticks_claim_further_ahead_and_quick_ones_bring_the_reach_back() -> None:
+    clock = ManualClock(T0)
+    store = SlowClaims(clock, 150 * MS)
+    for n, due in enumerate([T0, T0 + 400 * MS, T0 + 20 * S + 300 * MS]):
+        await store.create_job(job(n, Schedule(trigger=AtTrigger(at=due)), due))
+    sink = Collector()
+    config = SchedulerConfig(node_id="n1", lookahead_ms=200, max_idle_ms=1000)
+    service = SchedulerService(store, clock, config, dispatch=sink)
+    first = await service.run_once(T0)
+    assert [f.scheduled_for for f in first.fires] == [T0]  # 200 ms ahead, as configured
+    # That tick took 150 ms: the next reaches three times as far, 450 ms, and claims the job
+    # due 400 ms on, leased for that much longer.
+    second = await service.run_once(T0 + 10 * MS)
+    assert second.scanned_to == T0 + 460 * MS
+    assert [f.scheduled_for for f in second.fires] == [T0 + 400 * MS]
+    assert second.fires[0].lease_until == T0 + 10 * MS + 450 * MS + 60 * S
+    # Once the slow ticks are out of the last eight (nothing due: no claim, no time), the
+    # reach is the look-ahead again, and the job due 300 ms on waits for its turn.
+    reaches = [(await service.run_once(T0 + k * S)).scanned_to - T0 - k * S for k in range(1, 10)]
+    assert reaches == [450 * MS] * 8 + [200 * MS]
+    late = await service.run_once(T0 + 20 * S)
+    assert late.fires == []
+    assert late.scanned_to == T0 + 20 * S + 200 * MS

@@ -38,7 +38,12 @@ from tickwork.clock import Clock
 from tickwork.domain.runs import Envelope, Fire
 from tickwork.scheduler.fair_scan import FairScan
 from tickwork.scheduler.partitions import PartitionKeeper
-from tickwork.scheduler.planning import plan_claim, settled_bound, sleep_seconds
+from tickwork.scheduler.planning import (
+    claim_reach_ms,
+    plan_claim,
+    settled_bound,
+    sleep_seconds,
+)
 from tickwork.scheduler.stall import StallWatch
 from tickwork.scheduler.window_load import WindowLoad
 from tickwork.store.base import DEFAULT_TAKEOVER_GRACE_MS, ClaimPlan, DueJob, ScheduleStore
@@ -51,6 +56,7 @@ Dispatch = Callable[[Sequence[Fire]], object]  # hands fires to an executor; its
 # The epoch a takeover claims under: matches no lease, so the store admits only overdue work.
 NO_EPOCH = -1
 Publish = Callable[[Sequence[Envelope]], Awaitable[None]]
+RECENT_TICKS = 8  # the ticks whose durations set how far ahead the next one claims
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,6 +130,10 @@ class SchedulerService:
             verdict_ttl_s=keeper.lease_ttl_s if keeper is not None else 0.0,
         )
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic s, fires) of each claim
+        # How long the last ticks took (clock.monotonic_s), and how far ahead the last one
+        # claimed: slow ticks claim further ahead (`claim_reach_ms`).
+        self._tick_spans: deque[float] = deque(maxlen=RECENT_TICKS)
+        self._reach_ms = config.lookahead_ms
         # Where windowed occurrences are placed (ADR 0022).
         self._windows = WindowLoad(store, monotonic=clock.monotonic_s)
         # How a tick that is behind shares its batch among tenants.
@@ -160,9 +170,19 @@ class SchedulerService:
 
     async def _tick(self, now: datetime | None, *, not_before: datetime | None) -> TickResult:
         """One tick without the publish: the caller sends `handed_off` to the queue."""
+        began = self._clock.monotonic_s()
+        try:
+            return await self._tick_from(now, not_before=not_before)
+        finally:
+            self._tick_spans.append(self._clock.monotonic_s() - began)
+
+    async def _tick_from(self, now: datetime | None, *, not_before: datetime | None) -> TickResult:
         now = self._clock.now() if now is None else now
         cfg = self._config
-        horizon = now + timedelta(milliseconds=cfg.lookahead_ms)
+        self._reach_ms = claim_reach_ms(
+            cfg.lookahead_ms, self._tick_spans, limit_ms=cfg.max_idle_ms
+        )
+        horizon = now + timedelta(milliseconds=self._reach_ms)
         held = None if self._keeper is None else self._keeper.held_now()
         limit = self._limit(held)
         if limit == 0:  # no token left: nothing is claimed until some accrue
@@ -304,7 +324,7 @@ class SchedulerService:
         grace = cfg.takeover_grace_ms
         started = time.perf_counter()
         if self._dispatch is not None:
-            lease_until = now + timedelta(milliseconds=cfg.lookahead_ms + cfg.lease_ttl_ms)
+            lease_until = now + timedelta(milliseconds=self._reach_ms + cfg.lease_ttl_ms)
             fires = await self._store.claim(
                 plans, owner=cfg.node_id, lease_until=lease_until, now=now, takeover_grace_ms=grace
             )
@@ -459,7 +479,7 @@ class SchedulerService:
                     await self._next_due(floor),
                     self._clock.now(),
                     scanned_to=result.scanned_to,
-                    lookahead_ms=self._config.lookahead_ms,
+                    lookahead_ms=self._reach_ms,
                     max_idle_ms=self._config.max_idle_ms,
                 ),
                 self._until_takeover_scan(),

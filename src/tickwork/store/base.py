@@ -547,6 +547,7 @@ class LeaseStore(Protocol):
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
+        ahead_first: int = 0,
     ) -> list[Fire]:
         """The table queue's dequeue: lease up to `limit` pending runs whose lease is free at
         `now` (a hand-off whose instant came, a manual trigger, a retry whose backoff passed,
@@ -558,7 +559,9 @@ class LeaseStore(Protocol):
         `now` may be ahead of it), the soonest first; then the older ones, the soonest first.
         A backlog (a tenant's million one-shots, a dead worker's runs) then does not hold back
         the runs coming due now, not even in the first moments after its own instant (ADR
-        0026).
+        0026). Up to `ahead_first` of the look-ahead's runs are leased before the first range:
+        right after a herd's instant that range is the herd, and a run due a moment later
+        would otherwise wait for a round with room left after it.
 
         A hand-off that was never leased (attempt 0, origin "schedule") must also be free at
         `hand_offs_by` (default `now`): a worker behind an external queue passes an earlier

@@ -700,6 +700,7 @@ class MemoryStore:
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
+        ahead_first: int = 0,
     ) -> list[Fire]:
         hand_offs_by = now if hand_offs_by is None else hand_offs_by
         free = [
@@ -710,10 +711,13 @@ class MemoryStore:
         ]
         if fresh_from is not None:  # three ranges (ADR 0026; postgres.sql says why)
             due = fresh_from - timedelta(microseconds=1) if due_by is None else min(due_by, now)
+            ahead = [p for p in free if p[1] > due]
+            early = max(ahead_first, 0)
             free = (
-                sorted((p for p in free if fresh_from <= p[1] <= due), key=lambda p: p[1],
-                       reverse=True)
-                + [p for p in free if p[1] > due]
+                ahead[:early]
+                + sorted((p for p in free if fresh_from <= p[1] <= due), key=lambda p: p[1],
+                         reverse=True)
+                + ahead[early:]
                 + [p for p in free if p[1] < fresh_from]
             )  # fmt: skip
         free_ids = [run_id for run_id, _ in free]

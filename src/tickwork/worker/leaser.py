@@ -54,6 +54,11 @@ MAX_IDLE_S = 1.0  # the longest sleep without a wake-up
 # this, instead of leasing again after every pause: a capped tenant's waiting backlog costs each
 # worker a lease round per 100 ms, not per 20 ms, and a freed slot waits at most this (ADR 0024).
 MAX_BLOCKED_WAIT_MS = 100
+# Of a round's room, the part the runs coming due within the look-ahead may take before the
+# runs due now (`lease_runs`' `ahead_first`): right after a herd's instant the due runs are
+# the herd, and a run of another tenant due a few milliseconds later is leased in the same
+# round instead of a round later (ADR 0028).
+AHEAD_FIRST_PART = 4
 
 
 class LeaserStore(LeaseStore, StoreLifecycle, Protocol):
@@ -160,6 +165,7 @@ class StoreLeaser:
                 limit=room,
                 fresh_from=self._fresh_from(now),
                 due_by=now,
+                ahead_first=room // AHEAD_FIRST_PART,
             )
         except Exception:
             # The error may have come after the commit (a lost reply): the runs would then be

@@ -548,6 +548,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
+        ahead_first: int = 0,
     ) -> list[Fire]:
         values = {
             "owner": owner,
@@ -566,6 +567,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             values["fresh_from"] = fresh
             # Without due_by the first range is empty: the fresh runs soonest first.
             values["due_by"] = fresh - 1 if due_by is None else to_us(min(due_by, now))
+            values["ahead_first"] = min(max(ahead_first, 0), limit)
             found = await self._fetch(self._sql.lease_runs_fresh_first, values, "leasing")
         return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 

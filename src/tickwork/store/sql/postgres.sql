@@ -473,15 +473,28 @@ WITH locked AS (
 -- 1. due: free since :fresh_from and by :due_by (the worker's now), the newest first. For the
 --    first :fresh_from span after a herd's instant its runs are as fresh as anyone's; newest
 --    first, a run that came due after that instant goes ahead of the herd.
--- 2. ahead: free after :due_by and by :now (the look-ahead), the soonest first.
+-- 2. ahead: free after :due_by and by :now (the look-ahead), the soonest first. Up to
+--    :ahead_first of them go before the due range (`early`): in the first rounds after a
+--    herd's instant the due range is the herd, and the runs of other tenants coming due just
+--    after it would otherwise wait for a round that has room left after the herd.
 -- 3. backlog: free before :fresh_from, the soonest first.
-WITH due AS (
+WITH early AS (
+    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
+    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+      AND lease_until_us > :due_by
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    ORDER BY lease_until_us LIMIT :ahead_first
+    FOR UPDATE SKIP LOCKED
+),
+due AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :due_by
       AND lease_until_us >= :fresh_from
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
-    ORDER BY lease_until_us DESC LIMIT :limit FOR UPDATE SKIP LOCKED
+    ORDER BY lease_until_us DESC LIMIT (:limit - (SELECT count(*) FROM early))
+    FOR UPDATE SKIP LOCKED
 ),
 ahead AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
@@ -489,7 +502,9 @@ ahead AS (
       AND lease_until_us > :due_by
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
-    ORDER BY lease_until_us LIMIT (:limit - (SELECT count(*) FROM due))
+      AND id <> ALL(ARRAY(SELECT id FROM early))
+    ORDER BY lease_until_us
+    LIMIT (:limit - (SELECT count(*) FROM early) - (SELECT count(*) FROM due))
     FOR UPDATE SKIP LOCKED
 ),
 backlog AS (
@@ -498,11 +513,13 @@ backlog AS (
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us
-    LIMIT (:limit - (SELECT count(*) FROM due) - (SELECT count(*) FROM ahead))
+    LIMIT (:limit - (SELECT count(*) FROM early) - (SELECT count(*) FROM due)
+           - (SELECT count(*) FROM ahead))
     FOR UPDATE SKIP LOCKED
 ),
 locked AS (
-    SELECT * FROM due UNION ALL SELECT * FROM ahead UNION ALL SELECT * FROM backlog
+    SELECT * FROM early UNION ALL SELECT * FROM due UNION ALL SELECT * FROM ahead
+    UNION ALL SELECT * FROM backlog
 ),
 {lease_locked}
 

@@ -212,9 +212,19 @@ WHERE key = :key AND status = 'pending' AND lease_until_us = :held
 -- (SQLite's RETURNING shows only the new values, so the lost attempts are read here).
 -- With :fresh_from, three ranges of tw_runs_pending, as postgres.sql's lease_runs_fresh_first
 -- (ADR 0026): free since :fresh_from and by :due_by, the newest first; then free after :due_by
--- (the look-ahead), the soonest first; then the backlog free before :fresh_from. Without it
--- (:fresh_from and :due_by far in the past) the first range is empty and the rest is one
--- range in order.
+-- (the look-ahead), the soonest first, of which up to :ahead_first go before the first range
+-- (the same rows in the same order twice: nothing else writes in this transaction, so the
+-- second read skips exactly what the first took); then the backlog free before :fresh_from.
+-- Without it (:fresh_from and :due_by far in the past, :ahead_first 0) the first range is
+-- empty and the rest is one range in order.
+SELECT * FROM (
+    SELECT id, fence_token, lease_owner FROM tw_runs
+    WHERE status = 'pending' AND lease_until_us <= :now AND lease_until_us > :due_by
+      AND lease_until_us >= :fresh_from
+      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
+           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    ORDER BY lease_until_us, id LIMIT :ahead_first)
+UNION ALL
 SELECT * FROM (
     SELECT id, fence_token, lease_owner FROM tw_runs
     WHERE status = 'pending' AND lease_until_us <= :due_by AND lease_until_us >= :fresh_from
@@ -228,7 +238,7 @@ SELECT * FROM (
       AND lease_until_us >= :fresh_from
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
-    ORDER BY lease_until_us LIMIT :limit)
+    ORDER BY lease_until_us, id LIMIT :limit OFFSET :ahead_first)
 UNION ALL
 SELECT * FROM (
     SELECT id, fence_token, lease_owner FROM tw_runs

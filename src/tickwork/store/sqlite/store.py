@@ -438,6 +438,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         hand_offs_by: datetime | None = None,
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
+        ahead_first: int = 0,
     ) -> list[Fire]:
         chosen = {
             "now": to_us(now),
@@ -449,6 +450,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         }
         if fresh_from is not None:  # without due_by the first range is empty
             chosen["due_by"] = to_us(fresh_from) - 1 if due_by is None else to_us(min(due_by, now))
+        chosen["ahead_first"] = min(max(ahead_first, 0), limit) if fresh_from is not None else 0
         lease = {"owner": owner, "lease_until": to_us(lease_until), "now": to_us(now)}
         caps = await self._run_caps.current()
 
