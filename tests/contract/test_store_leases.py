@@ -11,6 +11,7 @@ from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from tickwork.domain.jobs import Job
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import (
     LOST_ERROR,
@@ -731,6 +732,14 @@ async def test_runs_free_since_fresh_from_are_leased_before_a_backlog(
     assert len(rest) == 4
 
 
+async def handed_off(store: ScheduleStore, jobs: list[Job], *, next_at: datetime) -> dict[str, int]:
+    """Create `jobs` and hand their next occurrences off at T0: each job's run id, by job id."""
+    for job in jobs:
+        await store.create_job(job)
+    plans = [plan_for(job, new_next=next_at) for job in jobs]
+    return {e.job_id: e.run_id for e in await store.claim_hand_off(plans, owner="s", now=T0)}
+
+
 async def test_runs_due_since_a_herds_instant_go_before_the_herd_then_the_look_ahead(
     store: ScheduleStore,
 ) -> None:
@@ -745,10 +754,7 @@ async def test_runs_due_since_a_herds_instant_go_before_the_herd_then_the_look_a
     herd = [make_job(n, next_run_at=herd_at) for n in range(10, 15)]
     after = make_job(20, next_run_at=herd_at + 50 * ms)
     ahead = make_job(21, next_run_at=herd_at + 150 * ms)
-    for job in [*herd, after, ahead]:
-        await store.create_job(job)
-    plans = [plan_for(job, new_next=herd_at + 60 * SEC) for job in [*herd, after, ahead]]
-    claimed = {e.job_id: e.run_id for e in await store.claim_hand_off(plans, owner="s", now=T0)}
+    claimed = await handed_off(store, [*herd, after, ahead], next_at=herd_at + 60 * SEC)
     now = herd_at + 80 * ms
     window = {"now": now + 200 * ms, "fresh_from": now - 100 * ms}
     until = now + 60 * SEC
@@ -780,10 +786,7 @@ async def test_ahead_first_leases_the_look_aheads_runs_before_a_herd_due_now(
     herd = [make_job(n, next_run_at=herd_at) for n in range(10, 14)]
     soon = make_job(20, next_run_at=herd_at + 50 * ms)
     later = make_job(21, next_run_at=herd_at + 150 * ms)
-    for job in [*herd, soon, later]:
-        await store.create_job(job)
-    plans = [plan_for(job, new_next=herd_at + 60 * SEC) for job in [*herd, soon, later]]
-    claimed = {e.job_id: e.run_id for e in await store.claim_hand_off(plans, owner="s", now=T0)}
+    claimed = await handed_off(store, [*herd, soon, later], next_at=herd_at + 60 * SEC)
     now = herd_at + 20 * ms
     window = {"now": now + 200 * ms, "fresh_from": now - 100 * ms, "due_by": now}
     until = now + 60 * SEC
@@ -806,10 +809,7 @@ async def test_without_due_by_the_fresh_runs_go_soonest_first(store: ScheduleSto
     ms = timedelta(milliseconds=1)
     herd = [make_job(n, next_run_at=herd_at) for n in range(10, 13)]
     after = make_job(20, next_run_at=herd_at + 50 * ms)
-    for job in [*herd, after]:
-        await store.create_job(job)
-    plans = [plan_for(job, new_next=herd_at + 60 * SEC) for job in [*herd, after]]
-    claimed = {e.job_id: e.run_id for e in await store.claim_hand_off(plans, owner="s", now=T0)}
+    claimed = await handed_off(store, [*herd, after], next_at=herd_at + 60 * SEC)
     now = herd_at + 80 * ms
     leased = await store.lease_runs(
         now=now, owner="w", lease_until=now + 60 * SEC, limit=3, fresh_from=now - 100 * ms
