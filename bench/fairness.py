@@ -177,6 +177,8 @@ def analyse(runs: list[Any], t_us: int, a_jobs: int) -> dict[str, Any]:
     late_ms = [(r["started_us"] - r["scheduled_us"]) / 1000 for r in during]
     # When the scheduler claimed them (created) against their instant: negative is ahead.
     claimed_ms = [(r["created_us"] - r["scheduled_us"]) / 1000 for r in during]
+    pairs = zip(late_ms, during, strict=True)
+    at_instant = [late for late, r in pairs if r["scheduled_us"] < t_us + 100_000]
     return {
         "a_missing": a_jobs - len(a_done),
         "a_drain_s": round(drain_s, 2),
@@ -184,6 +186,8 @@ def analyse(runs: list[Any], t_us: int, a_jobs: int) -> dict[str, Any]:
         "b_occurrences_during_drain": len(during),
         "b_lateness_ms": summary(late_ms),
         "b_claimed_ms": summary(claimed_ms),
+        # B's fires due in the first 100 ms after T, when A's herd starts (ADR 0029).
+        "b_at_instant_ms": summary(at_instant),
         # The latest of B's fires: (due after T, ms; late, ms), to see where they fall.
         "b_worst": [
             (round((r["scheduled_us"] - t_us) / 1000, 1), late)
@@ -197,6 +201,7 @@ def _line(name: str, r: dict[str, Any]) -> str:
     c = r["b_claimed_ms"]
     b_text = (
         f", B p50 {b.get('p50')} p99 {b.get('p99')} max {b.get('max')} ms"
+        f" (due in A's first 100 ms: max {r['b_at_instant_ms'].get('max')} ms)"
         f" (claimed p50 {c.get('p50')} p99 {c.get('p99')} ms; latest {r['b_worst']})"
         if b.get("n")
         else ""

@@ -11,6 +11,8 @@ from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+import pytest
+
 from tickwork.domain.jobs import Job
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import (
@@ -22,6 +24,7 @@ from tickwork.domain.runs import (
     run_state,
     unrecorded_lost_attempt,
 )
+from tickwork.domain.tenant_limits import TenantLimits
 from tickwork.store.base import ScheduleStore
 
 from .conftest import StoreFactory, open_store
@@ -802,6 +805,40 @@ async def test_ahead_first_leases_the_look_aheads_runs_before_a_herd_due_now(
     assert len(first & herd_runs) == 1
     rest = [f.run_id for f in await lease(10, 5)]
     assert sorted(rest) == sorted((herd_runs - first) | {claimed[later.id]})  # each once
+
+
+@pytest.mark.parametrize("capped", [False, True], ids=["uncapped", "capped"])
+async def test_after_leases_only_the_runs_free_after_it(store: ScheduleStore, capped: bool) -> None:
+    # A worker holds a herd due at H (leased ahead of H: its room is full) and leases beyond
+    # its room with after=H: of a backlog, the rest of the herd and runs of others due at
+    # H + 50 ms and H + 150 ms, it takes only the latter, soonest first, in every lease form
+    # (while some tenant has max_concurrent_runs, the leases take their capped forms).
+    if capped:
+        await store.create_tenant("capped", now=T0, limits=TenantLimits(max_concurrent_runs=9))
+    herd_at = T0 + 10 * SEC
+    ms = timedelta(milliseconds=1)
+    backlog = await hand_off(store, 2, at=herd_at - 5 * SEC)
+    herd = [make_job(n, next_run_at=herd_at) for n in range(10, 14)]
+    soon = make_job(20, next_run_at=herd_at + 50 * ms)
+    later = make_job(21, next_run_at=herd_at + 150 * ms)
+    claimed = await handed_off(store, [*herd, soon, later], next_at=herd_at + 60 * SEC)
+    until = herd_at + 60 * SEC
+
+    def lease(now: datetime, limit: int, **ranges: datetime) -> Awaitable[list[Fire]]:
+        return store.lease_runs(
+            now=now, owner="w", lease_until=until, limit=limit, after=herd_at, **ranges
+        )
+
+    before = herd_at - 100 * ms  # the worker's now; its look-ahead reaches H + 100 ms
+    assert [f.run_id for f in await lease(before + 200 * ms, 10)] == [claimed[soon.id]]
+    now = herd_at + 20 * ms
+    fresh = {"fresh_from": now - 100 * ms, "due_by": now}
+    assert [f.run_id for f in await lease(now + 200 * ms, 10, **fresh)] == [claimed[later.id]]
+    assert await lease(now + 200 * ms, 10) == []
+    # Without it, the same lease takes the backlog and the herd: they were left, not leased.
+    rest = await store.lease_runs(now=now, owner="w", lease_until=until, limit=10)
+    expected = {e.run_id for e in backlog} | {claimed[j.id] for j in herd}
+    assert {f.run_id for f in rest} == expected
 
 
 async def test_without_due_by_the_fresh_runs_go_soonest_first(store: ScheduleStore) -> None:

@@ -31,6 +31,7 @@ from tickwork.store.base import HELD_LEASE_US
 from tickwork.store.postgres import SERVER_SETTINGS, SQL, PostgresStore
 from tickwork.store.postgres.store import _claim_values as claim_values
 from tickwork.store.sql.named import Statement
+from tickwork.store.sql.reads import EARLIEST_US
 
 PENDING = 30_000  # the planner's choice flips with the count; 12,000 was not enough
 BATCH = 500
@@ -182,7 +183,9 @@ async def test_the_lease_stops_after_its_batch_and_passes_over_hand_offs_in_flig
     try:
         await conn.execute(HISTORY, now_us, HISTORY_RUNS)
         await conn.execute("ANALYZE tw_runs")
+        # `after`: no lower bound, as the store binds it unless a worker leases beyond its room.
         lease = {"owner": "w", "lease_until": now_us + 5_000_000, "limit": BATCH}
+        lease |= {"after": EARLIEST_US}
         table = await _executed_plan(conn, SQL.lease_runs, now=now_us, hand_offs_by=now_us, **lease)
         # Every hand-off's instant lies within the hour before now_us: all are "in flight".
         behind_a_queue = await _executed_plan(

@@ -48,6 +48,7 @@ class LostLeaseReply(MemoryStore):
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
         ahead_first: int = 0,
+        after: datetime | None = None,
     ) -> list[Fire]:
         if not self.fail_next:
             return await super().lease_runs(
@@ -59,6 +60,7 @@ class LostLeaseReply(MemoryStore):
                 fresh_from=fresh_from,
                 due_by=due_by,
                 ahead_first=ahead_first,
+                after=after,
             )
         self.fail_next = False
         if self.commit:
@@ -71,6 +73,7 @@ class LostLeaseReply(MemoryStore):
                 fresh_from=fresh_from,
                 due_by=due_by,
                 ahead_first=ahead_first,
+                after=after,
             )
         raise StoreError("PostgreSQL error while leasing: connection lost")
 

@@ -45,6 +45,7 @@ class MeetingStore(MemoryStore):
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
         ahead_first: int = 0,
+        after: datetime | None = None,
     ) -> list[Fire]:
         if self.finishing.is_set() and not self.met:
             self.leasing.set()
@@ -58,6 +59,7 @@ class MeetingStore(MemoryStore):
             fresh_from=fresh_from,
             due_by=due_by,
             ahead_first=ahead_first,
+            after=after,
         )
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
@@ -119,6 +121,7 @@ class CountingLeases(MemoryStore):
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
         ahead_first: int = 0,
+        after: datetime | None = None,
     ) -> list[Fire]:
         fires = await super().lease_runs(
             now=now,
@@ -129,6 +132,7 @@ class CountingLeases(MemoryStore):
             fresh_from=fresh_from,
             due_by=due_by,
             ahead_first=ahead_first,
+            after=after,
         )
         self.leased += len(fires)
         self.batches.append(len(fires))

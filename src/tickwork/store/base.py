@@ -548,6 +548,7 @@ class LeaseStore(Protocol):
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
         ahead_first: int = 0,
+        after: datetime | None = None,
     ) -> list[Fire]:
         """The table queue's dequeue: lease up to `limit` pending runs whose lease is free at
         `now` (a hand-off whose instant came, a manual trigger, a retry whose backoff passed,
@@ -562,6 +563,10 @@ class LeaseStore(Protocol):
         0026). Up to `ahead_first` of the look-ahead's runs are leased before the first range:
         right after a herd's instant that range is the herd, and a run due a moment later
         would otherwise wait for a round with room left after it.
+
+        With `after`, only runs free after that instant, in every range: a worker whose room
+        is full of a herd it leased ahead of the herd's instant takes, beyond its room, a few
+        runs due after everything it holds (ADR 0029).
 
         A hand-off that was never leased (attempt 0, origin "schedule") must also be free at
         `hand_offs_by` (default `now`): a worker behind an external queue passes an earlier

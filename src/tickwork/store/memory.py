@@ -701,12 +701,14 @@ class MemoryStore:
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
         ahead_first: int = 0,
+        after: datetime | None = None,
     ) -> list[Fire]:
         hand_offs_by = now if hand_offs_by is None else hand_offs_by
         free = [
             (run_id, until)
             for run_id, (_, until) in sorted(self._leases.items(), key=lambda kv: kv[1][1])
             if until <= now
+            and (after is None or until > after)
             and (until <= hand_offs_by or not _never_leased(self._runs[run_id], until))
         ]
         if fresh_from is not None:  # three ranges (ADR 0026; postgres.sql says why)

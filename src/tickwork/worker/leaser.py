@@ -24,6 +24,11 @@ of ends (an expired lease notifies nobody: this is how a dead worker's fires com
 lease TTL), and every `scan_interval_ms`; a big batch is followed at once by the next, a small
 one waits `pause_ms` so that a busy executor freeing a few slots at a time still leases in
 batches.
+
+It leases no more than the executor's room, with one exception: while the room is full, up to
+`beyond_room` runs due after the latest instant it handed over (ADR 0029). Before a herd's
+instant the room is full of the herd, and another tenant's runs due just after it would wait for
+the herd's first fires to finish.
 """
 
 from __future__ import annotations
@@ -89,12 +94,17 @@ class LeaserConfig:
     # `fresh_from`): a backlog one tenant's burst left in the queue does not delay the runs
     # of others coming due now (ADR 0026). None: strictly in the order they became free.
     fresh_ms: int | None = 100
+    # Beyond the executor's room, how many runs due after every fire handed to it so far it may
+    # hold at once: a herd leased ahead of its instant fills the room, and a run of another
+    # tenant due in the herd's first milliseconds would otherwise wait for the herd's first
+    # fires to finish (ADR 0029). 0: never beyond the room.
+    beyond_room: int = 64
 
     def __post_init__(self) -> None:
         if self.batch < 1 or self.lease_ttl_ms < 1 or self.pause_ms < 0:
             raise ValueError("batch and lease_ttl_ms must be positive, pause_ms not negative")
-        if self.backstop_delay_ms < 0:
-            raise ValueError("backstop_delay_ms must not be negative")
+        if self.backstop_delay_ms < 0 or self.beyond_room < 0:
+            raise ValueError("backstop_delay_ms and beyond_room must not be negative")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,6 +134,10 @@ class StoreLeaser:
         # The last lease call failed, and may have committed: take back its leases first.
         self._lease_uncertain = False
         self._blocked = 0  # rounds in a row that leased nothing while runs were free
+        # The latest instant of the fires handed over, and the runs leased beyond the room
+        # (`beyond_room`) that the executor may still hold.
+        self._latest: datetime | None = None
+        self._held_beyond: set[int] = set()
         sink.on_retry_released(self.wake_at)
 
     def _fresh_from(self, now: datetime) -> datetime | None:
@@ -148,30 +162,23 @@ class StoreLeaser:
         lease_until = now + self._lease_ttl
         taken_back = await self._take_back(now, lease_until) if self._lease_uncertain else 0
         room = min(self._sink.room(), self._config.batch)
+        # Runs are leased up to a look-ahead early: the fire itself still waits for its instant.
+        ahead = now + self._lookahead
         if room == 0:
             # Busy: look again after the pause rather than waiting for a wake-up, since runs
             # may be waiting in the store while nothing notifies.
             self._next_lease_at = now
-            return LeaseRound(started=taken_back, taken_back=taken_back, full=False,
+            started = taken_back + await self._lease_beyond_room(ahead, lease_until)
+            return LeaseRound(started=started, taken_back=taken_back, full=False,
                               next_lease_at=now)  # fmt: skip
-        # Runs are leased up to a look-ahead early: the fire itself still waits for its instant.
-        ahead = now + self._lookahead
-        try:
-            fires = await self._store.lease_runs(
-                now=ahead,
-                hand_offs_by=ahead - self._backstop,
-                owner=self._config.node_id,
-                lease_until=lease_until,
-                limit=room,
-                fresh_from=self._fresh_from(now),
-                due_by=now,
-                ahead_first=room // AHEAD_FIRST_PART,
-            )
-        except Exception:
-            # The error may have come after the commit (a lost reply): the runs would then be
-            # ours at fences we never saw. The next round takes them back before anything else.
-            self._lease_uncertain = True
-            raise
+        fires = await self._lease(
+            ahead,
+            lease_until,
+            room,
+            fresh_from=self._fresh_from(now),
+            due_by=now,
+            ahead_first=room // AHEAD_FIRST_PART,
+        )
         started = taken_back + self._hand_over(fires)
         free_at = await self._next_free_at(ahead)
         metrics.QUEUE_LAG.set(max((now - free_at).total_seconds(), 0.0) if free_at else 0.0)
@@ -193,6 +200,56 @@ class StoreLeaser:
             full=started >= self._config.batch // 2,
             next_lease_at=self._next_lease_at,
         )
+
+    async def _lease_beyond_room(self, ahead: datetime, lease_until: datetime) -> int:
+        """With the room full: lease up to `beyond_room` runs (fewer the more of them the
+        executor still holds) free after the latest instant handed over, soonest first.
+
+        The room fills with whatever is soonest, and before a herd's instant that is the
+        herd, leased a look-ahead early; a run of another tenant due a few milliseconds after
+        the instant would then wait until the herd's first fires finish. Past the latest
+        instant held there is no herd to wait for, so those runs are taken at once, a bounded
+        few beyond the backlog limit (ADR 0029)."""
+        if self._latest is None or self._latest >= ahead:
+            return 0
+        self._held_beyond = {i for i in self._held_beyond if self._sink.holds(i)}
+        allowance = self._config.beyond_room - len(self._held_beyond)
+        if allowance <= 0:
+            return 0
+        fires = await self._lease(ahead, lease_until, allowance, after=self._latest)
+        self._held_beyond.update(f.run_id for f in fires)
+        return self._hand_over(fires)
+
+    async def _lease(
+        self,
+        ahead: datetime,
+        lease_until: datetime,
+        limit: int,
+        *,
+        fresh_from: datetime | None = None,
+        due_by: datetime | None = None,
+        ahead_first: int = 0,
+        after: datetime | None = None,
+    ) -> list[Fire]:
+        """One `lease_runs` call up to the look-ahead `ahead`, with the backstop's horizon for
+        hand-offs."""
+        try:
+            return await self._store.lease_runs(
+                now=ahead,
+                hand_offs_by=ahead - self._backstop,
+                owner=self._config.node_id,
+                lease_until=lease_until,
+                limit=limit,
+                fresh_from=fresh_from,
+                due_by=due_by,
+                ahead_first=ahead_first,
+                after=after,
+            )
+        except Exception:
+            # The error may have come after the commit (a lost reply): the runs would then be
+            # ours at fences we never saw. The next round takes them back before anything else.
+            self._lease_uncertain = True
+            raise
 
     async def _next_free_at(self, ahead: datetime) -> datetime | None:
         """When a lease round may next find something, never later than that (None: no run is
@@ -230,6 +287,9 @@ class StoreLeaser:
         return self._hand_over(fires)
 
     def _hand_over(self, fires: Sequence[Fire]) -> int:
+        if fires:
+            latest = max(f.starts_at for f in fires)
+            self._latest = latest if self._latest is None else max(self._latest, latest)
         started = self._sink.submit(fires)
         if started:
             metrics.FIRES.labels(origin="leased").inc(started)

@@ -77,7 +77,7 @@ from tickwork.store.sql.backfills import (
     slice_params,
 )
 from tickwork.store.sql.named import Statement
-from tickwork.store.sql.reads import SqlReads, floor_us
+from tickwork.store.sql.reads import EARLIEST_US, SqlReads, floor_us
 from tickwork.store.sql.reseal import ResealStatements, reseal_all
 from tickwork.store.sql.sealed import TENANT_SECRETS, SealedColumns
 
@@ -549,6 +549,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
         ahead_first: int = 0,
+        after: datetime | None = None,
     ) -> list[Fire]:
         values = {
             "owner": owner,
@@ -556,6 +557,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             "now": to_us(now),
             "hand_offs_by": to_us(now if hand_offs_by is None else hand_offs_by),
             "limit": limit,
+            "after": EARLIEST_US if after is None else to_us(after),
         }
         caps = await self._run_caps.current()
         if caps:  # max_concurrent_runs (ADR 0024): in time order, within each tenant's room

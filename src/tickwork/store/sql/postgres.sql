@@ -456,10 +456,13 @@ SELECT * FROM leased
 -- every row; behind a queue it skips the hand-offs whose messages are in flight (ADR 0016). A
 -- run that buffer_one held back was never published: released, its lease end is no longer its
 -- instant, and it is leased at once.
+-- Every lease of this kind also takes only runs free after :after (the far past, unless a
+-- worker with its room full leases beyond it the runs due after everything it holds: ADR 0029).
 -- `locked` keeps the chosen rows as they were before the lease, for lease_locked.
 WITH locked AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
+      AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED
@@ -481,7 +484,7 @@ WITH locked AS (
 WITH early AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-      AND lease_until_us > :due_by
+      AND lease_until_us > :due_by AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us LIMIT :ahead_first
@@ -490,7 +493,7 @@ WITH early AS (
 due AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :due_by
-      AND lease_until_us >= :fresh_from
+      AND lease_until_us >= :fresh_from AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us DESC LIMIT (:limit - (SELECT count(*) FROM early))
@@ -499,7 +502,7 @@ due AS (
 ahead AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-      AND lease_until_us > :due_by
+      AND lease_until_us > :due_by AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
       AND id <> ALL(ARRAY(SELECT id FROM early))
@@ -510,6 +513,7 @@ ahead AS (
 backlog AS (
     SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
     FROM tw_runs WHERE status = 'pending' AND lease_until_us < :fresh_from
+      AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us
@@ -572,7 +576,7 @@ full_jobs AS (
 free AS (
     SELECT r.id, j.tenant, r.lease_until_us
     FROM (SELECT id, job_id, lease_until_us FROM tw_runs
-          WHERE status = 'pending' AND lease_until_us <= :now
+          WHERE status = 'pending' AND lease_until_us <= :now AND lease_until_us > :after
             AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
                  OR lease_until_us <> coalesce(planned_us, scheduled_us))
             AND job_id NOT IN (SELECT id FROM full_jobs)

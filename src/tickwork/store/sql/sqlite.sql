@@ -216,11 +216,12 @@ WHERE key = :key AND status = 'pending' AND lease_until_us = :held
 -- (the same rows in the same order twice: nothing else writes in this transaction, so the
 -- second read skips exactly what the first took); then the backlog free before :fresh_from.
 -- Without it (:fresh_from and :due_by far in the past, :ahead_first 0) the first range is
--- empty and the rest is one range in order.
+-- empty and the rest is one range in order. Every range takes only runs free after :after
+-- (the far past unless given: ADR 0029).
 SELECT * FROM (
     SELECT id, fence_token, lease_owner FROM tw_runs
     WHERE status = 'pending' AND lease_until_us <= :now AND lease_until_us > :due_by
-      AND lease_until_us >= :fresh_from
+      AND lease_until_us >= :fresh_from AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us, id LIMIT :ahead_first)
@@ -228,6 +229,7 @@ UNION ALL
 SELECT * FROM (
     SELECT id, fence_token, lease_owner FROM tw_runs
     WHERE status = 'pending' AND lease_until_us <= :due_by AND lease_until_us >= :fresh_from
+      AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us DESC LIMIT :limit)
@@ -235,14 +237,14 @@ UNION ALL
 SELECT * FROM (
     SELECT id, fence_token, lease_owner FROM tw_runs
     WHERE status = 'pending' AND lease_until_us <= :now AND lease_until_us > :due_by
-      AND lease_until_us >= :fresh_from
+      AND lease_until_us >= :fresh_from AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us, id LIMIT :limit OFFSET :ahead_first)
 UNION ALL
 SELECT * FROM (
     SELECT id, fence_token, lease_owner FROM tw_runs
-    WHERE status = 'pending' AND lease_until_us < :fresh_from
+    WHERE status = 'pending' AND lease_until_us < :fresh_from AND lease_until_us > :after
       AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
            OR lease_until_us <> coalesce(planned_us, scheduled_us))
     ORDER BY lease_until_us LIMIT :limit)
@@ -262,7 +264,7 @@ GROUP BY j.tenant
 -- job's tenant, without the runs of the tenants at their cap (:full, a JSON list); the store
 -- keeps of the others at most each capped tenant's room.
 SELECT r.id, r.fence_token, r.lease_owner, j.tenant FROM tw_runs r JOIN tw_jobs j ON j.id = r.job_id
-WHERE r.status = 'pending' AND r.lease_until_us <= :now
+WHERE r.status = 'pending' AND r.lease_until_us <= :now AND r.lease_until_us > :after
   AND (r.lease_until_us <= :hand_offs_by OR r.attempt > 0 OR r.origin <> 'schedule'
        OR r.lease_until_us <> coalesce(r.planned_us, r.scheduled_us))
   AND j.tenant NOT IN (SELECT value FROM json_each(:full))

@@ -439,6 +439,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         fresh_from: datetime | None = None,
         due_by: datetime | None = None,
         ahead_first: int = 0,
+        after: datetime | None = None,
     ) -> list[Fire]:
         chosen = {
             "now": to_us(now),
@@ -447,6 +448,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
             # Without a fresh range every run free by `now` is in the middle range: in order.
             "fresh_from": -(2**62) if fresh_from is None else to_us(fresh_from),
             "due_by": -(2**62),
+            "after": -(2**62) if after is None else to_us(after),
         }
         if fresh_from is not None:  # without due_by the first range is empty
             chosen["due_by"] = to_us(fresh_from) - 1 if due_by is None else to_us(min(due_by, now))
