@@ -47,7 +47,8 @@ MaxFiresPerS = Annotated[
     Field(
         strict=True,
         allow_inf_nan=False,
-        description="fires per second of the tenant's jobs: stored and shown, not enforced yet",
+        description="fires per second of the tenant's jobs: over it, the schedulers pace its"
+        " fires (recorded as throttled); other tenants are not held back",
         **_rate_bounds("max_fires_per_s"),
     ),
 ]
@@ -75,8 +76,8 @@ Weight = Annotated[
     Field(strict=True, **_whole_bounds("weight")),
     BeforeValidator(_whole),
     Field(
-        description="the tenant's share of capacity under overload (null: the default, 1):"
-        " stored and shown, not enforced yet"
+        description="the tenant's share of capacity under overload (null: the default, 1): a"
+        " scheduler that is behind shares each claim batch by it"
     ),
 ]
 

@@ -137,7 +137,7 @@ MaxFiresOpt = Annotated[
     float | None,
     typer.Option(
         "--max-fires-per-s",
-        help="fires per second of its jobs (stored and shown, not enforced yet)",
+        help="fires per second of its jobs (its fires are paced at it; others are not held back)",
         show_default=False,
     ),
 ]
@@ -161,7 +161,7 @@ WeightOpt = Annotated[
     int | None,
     typer.Option(
         "--weight",
-        help="its share under overload, default 1 (stored and shown, not enforced yet)",
+        help="its share under overload, default 1 (a scheduler that is behind shares by it)",
         show_default=False,
     ),
 ]

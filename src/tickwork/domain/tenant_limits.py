@@ -77,7 +77,7 @@ class TenantLimits:
 
     @property
     def share(self) -> int:
-        """The tenant's weight in a fair share of capacity (not enforced yet)."""
+        """The tenant's weight in the fair share of a claim batch (scheduler/fair_scan.py)."""
         return DEFAULT_WEIGHT if self.weight is None else self.weight
 
 

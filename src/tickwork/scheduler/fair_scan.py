@@ -62,7 +62,7 @@ class FairScan:
         if self._read_at is not None and now - self._read_at <= self._refresh_s:
             return
         limits = await self._store.tenant_limits()
-        self._weights = {name: lim.weight or 1 for name, lim in limits.items()}
+        self._weights = {name: lim.share for name, lim in limits.items()}
         self._rates = {
             name: lim.max_fires_per_s
             for name, lim in limits.items()
