@@ -20,6 +20,7 @@ from bench.chaos.disk import SmallDisk, faketime_library
 from bench.chaos.faults import CUT_WORKER, SCHEDULERS, WORKERS
 from bench.chaos.proxy import PartitionableProxy
 from bench.procs import Child, start
+from tickwork.store.postgres.statements import SQL as PG_SQL
 from tickwork.testing import ThrowawayNats, ThrowawayPostgres, ThrowawayRedis, free_port
 
 QueueKind = Literal["table", "nats", "redis"]
@@ -325,6 +326,15 @@ class Cluster:
             {row["key"]: row["n"] for row in successes},
             {row["status"]: row["n"] for row in statuses},
         )
+
+    async def queue_mismatches(self) -> list[int]:
+        """The runs whose row in the queue of pending runs disagrees with them (ADR 0030)."""
+        conn = await asyncpg.connect(self.pg.dsn(DATABASE), timeout=10)
+        try:
+            found = await conn.fetch(PG_SQL.queue_mismatches.text)
+        finally:
+            await conn.close()
+        return [row["run_id"] for row in found]
 
     async def attempts_of(self, keys: list[str]) -> list[dict[str, object]]:
         """Every attempt recorded for these occurrence keys, for the post-mortem of a failure."""

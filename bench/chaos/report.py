@@ -34,6 +34,7 @@ def render(result: RunResult) -> str:
             len(v.unexplained_duplicates),
             v.unexplained_duplicates[:5],
         ),
+        _check("runs whose queue row disagrees", len(v.queue_mismatches), v.queue_mismatches[:5]),
         f"  info  raw duplicate deliveries (all explained by faults): {v.raw_duplicates}",
         "",
         "delays (first delivery minus scheduled instant)",

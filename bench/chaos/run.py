@@ -104,6 +104,7 @@ async def chaos_run(config: RunConfig, say: Callable[[str], None]) -> RunResult:
         await _drain(cluster, expected, t1_ms * 1000, config.drain_s, say)
         await cluster.stop()
         successes, statuses = await cluster.ledger()
+        mismatches = await cluster.queue_mismatches()
         deliveries = read_deliveries(cluster.deliveries_file)
         verdict = judge(
             expected=expected,
@@ -111,6 +112,7 @@ async def chaos_run(config: RunConfig, say: Callable[[str], None]) -> RunResult:
             successes=successes,
             faults=driver.windows,
             timing=Timing(lease_ttl_ms=config.lease_ttl_ms, backstop_ms=_backstop(config)),
+            queue_mismatches=mismatches,
         )
         if verdict.duplicate_effect:  # keep the evidence: the cluster is gone after this
             rows = await cluster.attempts_of(verdict.duplicate_effect[:100])

@@ -7,7 +7,9 @@ Invariants (any breach fails the run):
 - duplicate effect: an occurrence has more than one successful attempt in tickwork's history;
 - unexpected: a delivery whose key no schedule implies;
 - bad signature: a delivery the receiver could not verify;
-- unexplained duplicate: a repeated delivery that no injected fault can account for.
+- unexplained duplicate: a repeated delivery that no injected fault can account for;
+- queue mismatch: a run whose row in PostgreSQL's queue of pending runs (ADR 0030) is missing,
+  extra or disagrees with the run, once the cluster has stopped.
 
 Delay targets (reported; enforced in long mode): steady-state p99 under 1 s; after a scheduler
 SIGKILL, under lease TTL + 2 s; after a PostgreSQL crash, under its outage + 5 s.
@@ -91,6 +93,7 @@ class Verdict:
     bad_signatures: int = 0
     raw_duplicates: int = 0
     unexplained_duplicates: list[str] = field(default_factory=list)
+    queue_mismatches: list[int] = field(default_factory=list)  # run ids
     steady: Delays = Delays(0, 0.0, 0.0, 0.0)
     impacts: list[FaultImpact] = field(default_factory=list)
 
@@ -103,6 +106,7 @@ class Verdict:
             or self.unexpected
             or self.bad_signatures
             or self.unexplained_duplicates
+            or self.queue_mismatches
         )
 
     @property
@@ -121,6 +125,7 @@ def judge(
     successes: Mapping[str, int],  # key -> successful attempts in tickwork's history
     faults: Sequence[FaultWindow],
     timing: Timing,
+    queue_mismatches: Sequence[int] = (),  # run ids whose queue row disagrees with the run
 ) -> Verdict:
     by_key: dict[str, list[Delivery]] = defaultdict(list)
     for delivery in deliveries:
@@ -133,6 +138,7 @@ def judge(
     verdict.unexpected = sorted(key for key in by_key if key not in expected)
     verdict.duplicate_effect = sorted(key for key, n in per_occurrence.items() if n > 1)
     verdict.bad_signatures = sum(not d.signature_ok for d in deliveries)
+    verdict.queue_mismatches = sorted(queue_mismatches)
     windows = [_affected_window(f, timing) for f in faults]
 
     def faults_covering(instant_us: int) -> list[int]:

@@ -74,6 +74,7 @@ from tickwork.services.jobs import JobService
 from tickwork.store.base import Applied, ClaimPlan, DueJob, JobQuery, ScheduleStore
 from tickwork.store.memory import MemoryStore
 from tickwork.store.postgres import PostgresStore, asyncpg_dsn
+from tickwork.store.postgres.statements import SQL as PG_SQL
 from tickwork.store.sqlite import SqliteStore
 from tickwork.timing.triggers import first_occurrence, validate_schedule
 
@@ -133,7 +134,8 @@ class Backends:
         with closing(sqlite3.connect(self.sqlite.path)) as conn, conn:
             for table in RESET_SQL:
                 conn.execute(f"DELETE FROM {table}")
-        self.runner.run(self.pg_admin.execute(f"TRUNCATE {', '.join(RESET_SQL)}"))
+        # tw_queue: PostgreSQL's pending runs (ADR 0030); SQLite has no such table.
+        self.runner.run(self.pg_admin.execute(f"TRUNCATE {', '.join(RESET_SQL)}, tw_queue"))
         memory = MemoryStore()
         self.runner.run(memory.delete_tenant("default", now=T0))  # empty, like the tables
         return {"memory": memory, "sqlite": self.sqlite, "postgres": self.postgres}
@@ -776,6 +778,11 @@ class StoresAgree(RuleBasedStateMachine):
         self.agree("next_lease_at", self.each(lambda _, s: s.next_lease_at()))
         self.agree("next_lease_at(now)", self.each(lambda _, s: s.next_lease_at(after=now)))
         self.agree("leasable_runs", self.each(lambda _, s: s.leasable_runs(now)))
+        # Not observable through the store, but what every lease relies on: PostgreSQL's queue
+        # has one row per pending run, with the run's lease end (ADR 0030).
+        backends = self.backends
+        mismatches = backends.runner.run(backends.pg_admin.fetch(PG_SQL.queue_mismatches.text))
+        assert not mismatches, [dict(r) for r in mismatches]
 
     def check_job(self, job_id: str) -> None:
         job = self.agree(f"get_job({job_id})", self.each(lambda _, s: s.get_job(job_id)))

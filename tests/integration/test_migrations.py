@@ -25,7 +25,7 @@ from tickwork.store.sqlite import SqliteStore
 from tickwork.testing import ThrowawayPostgres, free_port
 from tickwork.webhooks import generate_secret
 
-HEAD = "0016"  # the newest migration; bump it with every new revision
+HEAD = "0017"  # the newest migration; bump it with every new revision
 SCHEMA_TABLES = {
     "tw_jobs",
     "tw_runs",
@@ -42,15 +42,18 @@ SCHEMA_INDEXES = {
     "tw_jobs_due",
     "tw_jobs_tenant_name",
     "tw_runs_job",
-    "tw_runs_pending",
     "tw_runs_dead",
-    "tw_runs_finished",
     "tw_attempts_run",
     "tw_attempts_finished",
     "tw_api_keys_tenant",
     "tw_audit_tenant",
     "tw_audit_at",
 }
+# The pending runs: found on tw_runs on SQLite, through a queue table on PostgreSQL (0017).
+SQLITE_ONLY = {"tw_runs_pending", "tw_runs_finished"}
+PG_ONLY = {"tw_queue", "tw_queue_lease", "tw_queue_guarded", "tw_runs_created"}
+SQLITE_SCHEMA = SCHEMA_TABLES | SCHEMA_INDEXES | SQLITE_ONLY
+PG_SCHEMA = SCHEMA_TABLES | SCHEMA_INDEXES | PG_ONLY
 
 # Each child imports everything first, says "ready", and starts upgrading only on "go": the
 # parent releases all of them at once, so they really race for the fresh database.
@@ -168,7 +171,8 @@ async def test_sqlite_upgrade_creates_schema_and_is_idempotent(tmp_path: Path) -
     assert await upgrade(url) == HEAD
     assert await current_revision(url) == HEAD
     schema = sqlite_schema(url)
-    assert schema.keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+    assert schema.keys() >= SQLITE_SCHEMA
+    assert not schema.keys() & PG_ONLY
     assert "WHERE state = 'scheduled'" in schema["tw_jobs_due"], "tw_jobs_due must be partial"
     assert "WHERE status = 'pending'" in schema["tw_runs_pending"]
     assert sqlite_versions(url) == [HEAD]
@@ -189,7 +193,7 @@ async def test_sqlite_upgrade_creates_schema_and_is_idempotent(tmp_path: Path) -
 async def test_sqlite_concurrent_upgrades_in_one_process(sqlite_url: str) -> None:
     assert await asyncio.gather(*(upgrade(sqlite_url) for _ in range(4))) == [HEAD] * 4
     assert sqlite_versions(sqlite_url) == [HEAD]
-    assert sqlite_schema(sqlite_url).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+    assert sqlite_schema(sqlite_url).keys() >= SQLITE_SCHEMA
 
 
 async def test_concurrent_upgrades_of_different_databases_in_one_process(tmp_path: Path) -> None:
@@ -215,13 +219,13 @@ async def test_concurrent_upgrades_of_different_databases_in_one_process(tmp_pat
     assert out.decode().split() == [HEAD] * 4
     for url in urls:
         assert sqlite_versions(url) == [HEAD]
-        assert sqlite_schema(url).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+        assert sqlite_schema(url).keys() >= SQLITE_SCHEMA
 
 
 async def test_sqlite_concurrent_upgrades_in_separate_processes(sqlite_url: str) -> None:
     assert await run_upgrader_processes(sqlite_url, 4) == [HEAD] * 4
     assert sqlite_versions(sqlite_url) == [HEAD]
-    assert sqlite_schema(sqlite_url).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+    assert sqlite_schema(sqlite_url).keys() >= SQLITE_SCHEMA
 
 
 async def test_sqlite_failed_migration_leaves_nothing_behind(sqlite_url: str) -> None:
@@ -259,7 +263,9 @@ async def test_pg_upgrade_creates_schema_and_is_idempotent(pg_dsn: str) -> None:
     assert await upgrade(pg_dsn) == HEAD
     assert await current_revision(pg_dsn) == HEAD
     schema = await pg_schema(pg_dsn)
-    assert schema.keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+    assert schema.keys() >= PG_SCHEMA
+    # No index of tw_runs names a column that a lease or an outcome changes (ADR 0030).
+    assert not schema.keys() & (SQLITE_ONLY | {"tw_runs_active"})
     assert "WHERE (state = 'scheduled'::text)" in schema["tw_jobs_due"]
     assert await pg_versions(pg_dsn) == [HEAD]
 
@@ -271,13 +277,13 @@ async def test_pg_upgrade_creates_schema_and_is_idempotent(pg_dsn: str) -> None:
 async def test_pg_concurrent_upgrades_on_separate_engines(pg_dsn: str) -> None:
     assert await asyncio.gather(*(upgrade(pg_dsn) for _ in range(4))) == [HEAD] * 4
     assert await pg_versions(pg_dsn) == [HEAD]
-    assert (await pg_schema(pg_dsn)).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+    assert (await pg_schema(pg_dsn)).keys() >= PG_SCHEMA
 
 
 async def test_pg_concurrent_upgrades_in_separate_processes(pg_dsn: str) -> None:
     assert await run_upgrader_processes(pg_dsn, 4) == [HEAD] * 4
     assert await pg_versions(pg_dsn) == [HEAD]
-    assert (await pg_schema(pg_dsn)).keys() >= SCHEMA_TABLES | SCHEMA_INDEXES
+    assert (await pg_schema(pg_dsn)).keys() >= PG_SCHEMA
 
 
 async def test_pg_upgrade_waits_for_the_migration_lock(pg_dsn: str) -> None:
@@ -337,6 +343,62 @@ async def _until(check: Callable[[], Awaitable[bool]], message: str, timeout_s: 
         if time.monotonic() > deadline:
             pytest.fail(message)
         await asyncio.sleep(0.02)
+
+
+# -- 0017: PostgreSQL's queue of pending runs -------------------------------------------------
+
+# A database at 0016: one run of each kind the queue must know (ADR 0030).
+_RUN_AT_0016 = (
+    "INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,"
+    " lease_owner, lease_until_us, created_us, guarded, planned_us)"
+    " VALUES ('j1', $1, $2, 100, $3, $4, 1, $5, $6, 1, $7, $8)"
+)
+RUNS_AT_0016: list[tuple[object, ...]] = [
+    # key, origin, status, attempt, owner, lease end, guarded, planned
+    ("handed-off", "schedule", "pending", 0, None, 100, 0, None),  # in flight
+    ("jittered", "schedule", "pending", 0, None, 150, 0, 150),  # in flight, at its plan
+    ("leased", "schedule", "pending", 1, "w1", 5_000, 1, None),  # guarded: the job's id
+    ("manual", "manual", "pending", 0, None, 100, 0, None),
+    ("done", "schedule", "succeeded", 1, None, None, 1, None),  # no queue row
+]
+
+
+async def test_pg_0017_queues_every_pending_run_and_makes_their_updates_hot(pg_dsn: str) -> None:
+    assert await upgrade(pg_dsn, "0016") == "0016"
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        for run in RUNS_AT_0016:
+            await conn.execute(_RUN_AT_0016, *run)
+        assert await upgrade(pg_dsn) == HEAD
+        queued = await conn.fetch(
+            "SELECT r.key, q.lease_until_us, q.in_flight, q.guarded_job"
+            " FROM tw_queue q JOIN tw_runs r ON r.id = q.run_id ORDER BY r.key"
+        )
+        options = await conn.fetchval("SELECT reloptions FROM pg_class WHERE relname = 'tw_runs'")
+        # The invariant every lease relies on, as the store's own check states it; and that
+        # check sees a queue row gone and one that disagrees.
+        store = PostgresStore(pg_dsn, migrate=False)
+        await store.open()
+        try:
+            holds = await store.queue_mismatches()
+            ids = dict(await conn.fetch("SELECT key, id FROM tw_runs"))
+            await conn.execute("DELETE FROM tw_queue WHERE run_id = $1", ids["manual"])
+            flip = "UPDATE tw_queue SET in_flight = true WHERE run_id = $1"
+            await conn.execute(flip, ids["leased"])
+            broken = await store.queue_mismatches()
+        finally:
+            await store.close()
+    finally:
+        await conn.close()
+    assert holds == []
+    assert sorted(broken) == sorted([ids["manual"], ids["leased"]])
+    assert [tuple(r) for r in queued] == [
+        ("handed-off", 100, True, None),
+        ("jittered", 150, True, None),
+        ("leased", 5_000, False, "j1"),
+        ("manual", 100, False, None),
+    ]
+    assert options == ["fillfactor=50"]
 
 
 # -- 0006: every tenant in use gets a row -------------------------------------------------------

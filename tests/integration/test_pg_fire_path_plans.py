@@ -79,14 +79,14 @@ FROM generate_series(1, $2::int) g
 """
 
 
-def _runs_examined(plan: dict[str, Any]) -> Iterator[tuple[str, int]]:
-    """(index or "seq", rows) for each scan of tw_runs in an executed plan: the rows it read,
+def _scans_examined(plan: dict[str, Any], table: str) -> Iterator[tuple[str, int]]:
+    """(index or "seq", rows) for each scan of `table` in an executed plan: the rows it read,
     those its filter removed included, over all its loops."""
-    if plan.get("Relation Name") == "tw_runs" and "Scan" in plan["Node Type"]:
+    if plan.get("Relation Name") == table and "Scan" in plan["Node Type"]:
         rows = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
         yield plan.get("Index Name", "seq"), int(rows * plan["Actual Loops"])
     for child in plan.get("Plans", []):
-        yield from _runs_examined(child)
+        yield from _scans_examined(child, table)
 
 
 async def _explain(conn: asyncpg.Connection, statement: Statement, **values: object) -> list[int]:
@@ -160,10 +160,10 @@ async def test_the_lease_stops_after_its_batch_and_passes_over_hand_offs_in_flig
     pg_dsn: str,
 ) -> None:
     # lease_runs has two horizons (ADR 0016): hand-offs no worker has leased yet wait for the
-    # earlier one behind an external queue; they are told apart by a filter on the rows that
-    # the scan of tw_runs_pending reads. On the table queue the horizons are equal: the scan
-    # must still stop after its batch. Behind a queue it reads the hand-offs whose messages
-    # are in flight once each, in lease order, and nothing else (no scan of the history).
+    # earlier one behind an external queue; they are told apart by a filter on the queue rows
+    # the lease reads (ADR 0030). On the table queue the horizons are equal: the scan of
+    # tw_queue_lease must still stop after its batch. Behind a queue it reads each queued
+    # run at most once, and of tw_runs only the runs it leases (no scan of the history).
     # Statistics are fresh here: with stale ones the table queue's lease reads every leasable
     # run, with one horizon as with two (ADR 0012, left open).
     handed_off, now_us = await _pending_burst(pg_dsn)
@@ -182,7 +182,7 @@ async def test_the_lease_stops_after_its_batch_and_passes_over_hand_offs_in_flig
     conn = await asyncpg.connect(pg_dsn, server_settings=SERVER_SETTINGS)
     try:
         await conn.execute(HISTORY, now_us, HISTORY_RUNS)
-        await conn.execute("ANALYZE tw_runs")
+        await conn.execute("ANALYZE tw_runs, tw_queue")
         # `after`: no lower bound, as the store binds it unless a worker leases beyond its room.
         lease = {"owner": "w", "lease_until": now_us + 5_000_000, "limit": BATCH}
         lease |= {"after": EARLIEST_US}
@@ -194,10 +194,16 @@ async def test_the_lease_stops_after_its_batch_and_passes_over_hand_offs_in_flig
     finally:
         await conn.close()
     assert (table["Actual Rows"], behind_a_queue["Actual Rows"]) == (BATCH, len(expired))
-    # The lease's scan (the first listed; the second is the update's lookups by primary key).
-    assert next(_runs_examined(table)) == ("tw_runs_pending", BATCH)
-    index, examined = next(_runs_examined(behind_a_queue))
-    assert (index, examined <= PENDING + len(expired)) == ("tw_runs_pending", True), examined
+    # The lease's scan of the queue (the first listed; the second is the queue's update by
+    # primary key); tw_runs is read only by primary key, for the runs chosen.
+    scans = list(_scans_examined(table, "tw_queue"))
+    assert scans == [("tw_queue_lease", BATCH), ("tw_queue_pkey", BATCH)], scans
+    assert {index for index, _ in _scans_examined(table, "tw_runs")} == {"tw_runs_pkey"}
+    # Behind a queue the planner may read the whole queue rather than the index's range: the
+    # queue holds only the pending runs (ADR 0030), so that is still no scan of the history.
+    _, examined = next(_scans_examined(behind_a_queue, "tw_queue"))
+    assert examined <= PENDING + len(expired), examined
+    assert {index for index, _ in _scans_examined(behind_a_queue, "tw_runs")} == {"tw_runs_pkey"}
 
 
 async def test_the_due_scan_of_every_partition_is_prepared_once(pg_dsn: str) -> None:
@@ -221,7 +227,7 @@ async def test_the_due_scan_of_every_partition_is_prepared_once(pg_dsn: str) -> 
 async def test_a_claim_looks_up_runs_only_for_jobs_with_an_overlap_policy(pg_dsn: str) -> None:
     # Overlap policies (docs/policies.md) are decided in the claim: a plan with `allow` must
     # read no run at all, one with another policy only its job's runs still going (through
-    # tw_runs_active), even with statistics from before any run existed.
+    # tw_queue_guarded: ADR 0030), even with statistics from before any run existed.
     _, now_us = await _pending_burst(pg_dsn)  # every job has one run still going
     store = PostgresStore(pg_dsn, migrate=False)
     await store.open()
@@ -240,15 +246,16 @@ async def test_a_claim_looks_up_runs_only_for_jobs_with_an_overlap_policy(pg_dsn
             values = claim_values([replace(p, overlap=policy) for p in plans], "s", now, 500)
             plan = await _executed_plan(conn, SQL.claim_hand_off, **values)
             read[policy.value] = sum(_runs_read(plan))
+            read[f"{policy.value} queue"] = sum(_rows_read(plan, "tw_queue"))
             read[f"{policy.value} ledger"] = sum(_rows_read(plan, "tw_occurrences"))
     finally:
         await conn.close()
     assert len(plans) == BATCH
-    assert read["allow"] == 0, read
+    assert read["allow"] == read["allow queue"] == 0, read
     # skip: two probes per job (a run going, a run held back), finding its one run;
     # cancel_previous: those, and the cancel's lookup and update of that run.
-    assert read["skip"] <= 2 * BATCH, read
-    assert read["cancel_previous"] <= 4 * BATCH, read
+    assert read["skip"] + read["skip queue"] <= 2 * BATCH, read
+    assert read["cancel_previous"] + read["cancel_previous queue"] <= 4 * BATCH, read
     # The ledger: a skip reads the job's latest row (none here), nothing else.
     assert read["skip ledger"] <= BATCH, read
     assert read["allow ledger"] == read["cancel_previous ledger"] == 0, read

@@ -104,3 +104,20 @@ def test_overlapping_faults_blame_the_one_that_began_last() -> None:
     assert by_kind["pg_crash"].max_delay_ms == 3000.0
     assert by_kind["pg_crash"].bound_ms == 8000.0  # the 3 s outage + 5 s
     assert by_kind["pg_crash"].within_bound
+
+
+def test_a_run_whose_queue_row_disagrees_fails_the_invariants() -> None:
+    expected = {"j1:1000": 1_000_000}
+    deliveries = [Delivery("j1:1000", 1_000_500, 1, 1, True)]
+    clean = judge(expected=expected, deliveries=deliveries, successes={}, faults=[], timing=TIMING)
+    broken = judge(
+        expected=expected,
+        deliveries=deliveries,
+        successes={},
+        faults=[],
+        timing=TIMING,
+        queue_mismatches=[7, 3],
+    )
+    assert clean.invariants_ok
+    assert not broken.invariants_ok
+    assert broken.queue_mismatches == [3, 7]

@@ -778,6 +778,12 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         values = {"ids": None if run_ids is None else list(run_ids), "now": to_us(now)}
         return await self._execute_notify(self._sql.redrive, values, "runs")
 
+    async def queue_mismatches(self) -> list[int]:
+        """The runs whose row in tw_queue is missing, extra or disagrees with them: empty while
+        ADR 0030's invariant holds (a check for tests and operators, not on any path)."""
+        found = await self._query(self._sql.queue_mismatches, {})
+        return [row["run_id"] for row in found]
+
     async def purge_dead_letters(self, run_ids: Sequence[int] | None) -> int:
         values = {"ids": None if run_ids is None else list(run_ids)}
         return await self._execute(self._sql.purge_dead_letters, values, "purging")

@@ -92,16 +92,6 @@ WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
   AND (CAST(:after_id AS TEXT) IS NULL OR id > :after_id)
 ORDER BY id LIMIT :limit
 
--- name: insert_manual_run
--- Record an out-of-schedule occurrence at :now, unowned and leasable at once (guarded when its
--- job has an overlap policy: a manual run still going counts as the job's run still going).
-INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token, coalesced,
-                     lease_owner, lease_until_us, created_us, guarded)
-SELECT id, :key, 'manual', :now, 'pending', 0, fence_token, 0, NULL, :now, :now,
-       CASE WHEN overlap = 'allow' THEN 0 ELSE 1 END
-FROM tw_jobs WHERE id = :job_id
-ON CONFLICT (key) DO NOTHING
-
 -- name: get_run_by_key
 -- One run by its occurrence key.
 SELECT {run_columns} FROM tw_runs WHERE key = :key
@@ -151,21 +141,6 @@ INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_u
 SELECT id, job_id, attempt, fence_token, lease_owner, coalesce(started_us, created_us),
        lease_until_us, 'lost', NULL, 'lease expired: worker stopped heartbeating'
 
--- name: next_lease
--- The earliest instant at which some pending run's lease is, or becomes, free (of those
--- later than :after, unless it is NULL): the first entry of tw_runs_pending past :after. A run
--- held back by overlap buffer_one (lease end :held) has no such instant until it is released.
-SELECT min(lease_until_us) AS next_us FROM tw_runs
-WHERE status = 'pending' AND (CAST(:after AS BIGINT) IS NULL OR lease_until_us > :after)
-  AND lease_until_us < :held
-
--- name: prune_runs
--- Delete a batch of finished runs (not dead letters) that finished before :cutoff.
-DELETE FROM tw_runs WHERE id IN (
-    SELECT id FROM tw_runs
-    WHERE status <> 'pending' AND dead_lettered_us IS NULL AND finished_us < :cutoff
-    ORDER BY finished_us LIMIT :limit)
-
 -- name: get_tenant
 -- One tenant's settings (no row: the tenant has none).
 SELECT {tenant_columns} FROM tw_tenants WHERE tenant = :tenant
@@ -204,21 +179,6 @@ SELECT tenant, count(*) AS n FROM tw_jobs GROUP BY tenant
 -- name: job_state_counts
 -- How many jobs are in each state (stats).
 SELECT state, count(*) AS n FROM tw_jobs GROUP BY state
-
--- name: pending_runs
--- How many runs are pending, leased or not (stats).
-SELECT count(*) AS n FROM tw_runs WHERE status = 'pending'
-
--- name: oldest_leasable
--- When the longest-waiting leasable run became leasable (the queue's oldest waiting fire).
--- The first entry of the partial index tw_runs_pending.
-SELECT min(lease_until_us) AS since_us FROM tw_runs
-WHERE status = 'pending' AND lease_until_us <= :now
-
--- name: leasable_runs
--- The table queue's depth: pending runs a worker could lease at :now. Served by the partial
--- index tw_runs_pending, so it never reads finished history.
-SELECT count(*) AS n FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
 
 -- name: get_meta
 -- One setting of the database itself (tw_meta), e.g. `partitions`.

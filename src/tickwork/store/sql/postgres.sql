@@ -103,6 +103,7 @@ ORDER BY p.partition
 -- foreign keys: a trigger cost ~20 ms per 1,000-fire claim). Returns the job's id, or nothing if
 -- it did not exist.
 WITH runs AS (DELETE FROM tw_runs WHERE job_id = :id RETURNING id),
+queued AS (DELETE FROM tw_queue WHERE run_id IN (SELECT id FROM runs)),
 attempts AS (DELETE FROM tw_attempts WHERE run_id IN (SELECT id FROM runs)),
 backfills AS (DELETE FROM tw_backfills WHERE job_id = :id),
 ledger AS (DELETE FROM tw_occurrences WHERE job_id = :id)
@@ -128,7 +129,7 @@ DELETE FROM tw_jobs WHERE id = :id RETURNING id
 --
 -- Overlap policies (docs/policies.md): a plan's `overlap` is NULL for allow (and for a plan
 -- that fires nothing), and then `decided` reads nothing more. Otherwise it
--- looks up the job's runs still going through tw_runs_active: the oldest active one, locked
+-- looks up the job's runs still going through tw_queue_guarded: the oldest active one, locked
 -- (a finish that commits meanwhile drops it: the next one, or none, is taken), and the oldest
 -- held back by buffer_one (lease end :held). The CASE is domain/overlap.py's `decide`:
 -- `skip` advances the job without a fire and records a ledger row (`skipped`); `hold` inserts
@@ -209,16 +210,21 @@ decided AS (
              ELSE coalesce(b.active_id, b.held_id) END AS blocker
     FROM (
         SELECT a.*,
+            -- The job's guarded pending runs are found through tw_queue_guarded; the run
+            -- still going is locked on tw_runs (a lock waits there, never on tw_queue first:
+            -- ADR 0030's lock order).
             CASE WHEN a.overlap IS NOT NULL THEN (
                 SELECT r.id FROM tw_runs r
-                WHERE r.job_id = a.id AND r.status = 'pending' AND r.guarded = 1
-                  AND r.lease_until_us <> :held
+                WHERE r.id = ANY(ARRAY(
+                        SELECT q.run_id FROM tw_queue q
+                        WHERE q.guarded_job = a.id AND q.lease_until_us <> :held))
+                  AND r.status = 'pending'
                 ORDER BY r.id LIMIT 1 FOR UPDATE) END AS active_id,
-            -- An aggregate over the job's pending runs, so that it reads them through
-            -- tw_runs_active, never the held runs of every job through tw_runs_pending.
+            -- An aggregate over the job's queue rows, so that it reads them through
+            -- tw_queue_guarded, never the held runs of every job through tw_queue_lease.
             CASE WHEN a.overlap IS NOT NULL THEN (
-                SELECT min(r.id) FILTER (WHERE r.lease_until_us = :held) FROM tw_runs r
-                WHERE r.job_id = a.id AND r.status = 'pending' AND r.guarded = 1) END AS held_id
+                SELECT min(q.run_id) FILTER (WHERE q.lease_until_us = :held) FROM tw_queue q
+                WHERE q.guarded_job = a.id) END AS held_id
         FROM allowed a OFFSET 0
     ) b
 )
@@ -279,13 +285,14 @@ cancelled AS (
     UPDATE tw_runs r SET status = 'cancelled', fence_token = r.fence_token + 1,
         finished_us = :now, error = :cancel_error, last_error = :cancel_error
     WHERE r.id = ANY(ARRAY(
-            SELECT x.id FROM claimed c CROSS JOIN LATERAL (
-                SELECT id FROM tw_runs WHERE job_id = c.id AND status = 'pending' AND guarded = 1
+            SELECT x.run_id FROM claimed c CROSS JOIN LATERAL (
+                SELECT run_id FROM tw_queue WHERE guarded_job = c.id
             ) x
-            WHERE c.verdict = 'cancel' ORDER BY x.id))
+            WHERE c.verdict = 'cancel' ORDER BY x.run_id))
       AND r.status = 'pending'
     RETURNING r.id, r.job_id, r.attempt, r.fence_token - 1 AS fence, r.lease_owner
 ),
+uncancelled AS (DELETE FROM tw_queue WHERE run_id = ANY(ARRAY(SELECT id FROM cancelled))),
 cancelled_attempts AS (
     INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us,
                              finished_us, status, http_status, error)
@@ -330,6 +337,24 @@ catchups AS (
     FROM claimed c WHERE c.catchup_first_us IS NOT NULL
 )
 
+-- fragment: queue_inserted
+-- The queue rows (ADR 0030) of the runs a CTE `inserted` inserted (queue_columns). A
+-- hand-off at its instant, never leased, is in flight: its message may still be on its way
+-- (lease_runs). A run leased at insert, held back by buffer_one or made outside the schedule
+-- is not. Migration 0017 fills the queue of the runs pending before it by the same rule.
+queued AS (
+    INSERT INTO tw_queue (run_id, lease_until_us, in_flight, guarded_job)
+    SELECT id, lease_until_us,
+           attempt = 0 AND origin = 'schedule'
+               AND lease_until_us = coalesce(planned_us, scheduled_us),
+           CASE WHEN guarded = 1 THEN job_id END
+    FROM inserted
+)
+
+-- fragment: queue_columns
+-- What an insert of runs returns for queue_inserted.
+id, job_id, lease_until_us, guarded, attempt, origin, planned_us, scheduled_us
+
 -- fragment: claim_insert_leased
 -- `claim`'s runs: each leased to the claimer until :lease_until at attempt 1.
 inserted AS (
@@ -340,8 +365,9 @@ inserted AS (
            :lease_until, :now, lease_epoch, guarded, planned_us, throttled_ms
     FROM claimed WHERE fired_us IS NOT NULL AND verdict IN ('fire', 'cancel')
     ON CONFLICT (key) DO NOTHING
-    RETURNING id, job_id, key, scheduled_us, fence_token, attempt, planned_us
-)
+    RETURNING {queue_columns}, key, fence_token
+),
+{queue_inserted}
 
 -- fragment: claim_fires
 -- `claim`'s result: the fires. The join reads the job's columns from the statement's snapshot
@@ -373,6 +399,11 @@ held AS (
            :now, lease_epoch, 1, planned_us
     FROM claimed WHERE fired_us IS NOT NULL AND verdict = 'hold'
     ON CONFLICT (key) DO NOTHING
+    RETURNING id, job_id
+),
+held_queued AS (
+    INSERT INTO tw_queue (run_id, lease_until_us, in_flight, guarded_job)
+    SELECT id, :held, false, job_id FROM held
 )
 {claim_fires}
 
@@ -394,8 +425,9 @@ inserted AS (
            :now, lease_epoch, guarded, planned_us, throttled_ms
     FROM claimed WHERE fired_us IS NOT NULL AND verdict <> 'skip'
     ON CONFLICT (key) DO NOTHING
-    RETURNING id, job_id, key, scheduled_us, fence_token, attempt, lease_until_us
-)
+    RETURNING {queue_columns}, key, fence_token
+),
+{queue_inserted}
 
 -- fragment: claim_envelopes
 -- `claim_hand_off`'s result: only the envelope's columns, straight from the insert (no join,
@@ -428,17 +460,35 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, n FROM refused WHERE n > 0
 r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.retry_policy,
     j.webhook_secrets, j.on_failure, t.webhook_secrets AS tenant_secrets, j.tenant, r.planned_us
 
+-- fragment: locked_queued
+-- `locked` for the leases that search tw_queue: the runs of the queue rows a CTE `queued`
+-- locked, each locked on tw_runs as well, skipping any another statement holds. ADR 0030's
+-- lock order: a statement that waits for a lock takes a run's tw_runs row before its queue
+-- row; the searching leases take the queue row first, and so never wait (SKIP LOCKED on
+-- both). A run skipped here stays queued for the next lease.
+locked AS (
+    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
+    FROM tw_runs
+    WHERE id = ANY(ARRAY(SELECT run_id FROM queued)) AND status = 'pending'
+    FOR UPDATE SKIP LOCKED
+)
+
 -- fragment: lease_locked
 -- Both batch leases' end, after a CTE `locked` of the runs to lease as they were before it:
 -- each gets fence + 1, attempt + 1, its owner, lease end and attempt start, and comes back
--- with its job's and tenant's columns; `lost` appends the attempt of each one whose previous
--- lease expired unfinished (its owner still set); on the usual lease it inserts nothing.
+-- with its job's and tenant's columns; its queue row gets the same lease end; `lost` appends
+-- the attempt of each one whose previous lease expired unfinished (its owner still set); on
+-- the usual lease it inserts nothing.
 leased AS (
     UPDATE tw_runs r SET fence_token = r.fence_token + 1, attempt = r.attempt + 1,
         lease_owner = :owner, lease_until_us = :lease_until, {attempt_start}
     FROM tw_jobs j LEFT JOIN tw_tenants t ON t.tenant = j.tenant
     WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = r.job_id
     RETURNING {fire_join_returning}
+),
+requeued AS (
+    UPDATE tw_queue SET lease_until_us = :lease_until, in_flight = false
+    WHERE run_id = ANY(ARRAY(SELECT id FROM leased))
 ),
 lost AS (
     {insert_lost_attempts}
@@ -449,28 +499,27 @@ SELECT * FROM leased
 -- name: lease_runs
 -- The table queue's dequeue: lease up to :limit pending runs whose lease is free by :now,
 -- soonest first (fence + 1, attempt + 1, the attempt starting at :now), skipping rows another
--- worker is leasing. A hand-off never leased (attempt 0, origin 'schedule') must also be free
--- by :hand_offs_by: behind an external queue that is earlier, as its message may still be on
--- its way. Both bounds are one range of tw_runs_pending in lease_until_us order; the second is
--- a filter on the rows it reads. On the table queue the two are equal and the filter passes
--- every row; behind a queue it skips the hand-offs whose messages are in flight (ADR 0016). A
--- run that buffer_one held back was never published: released, its lease end is no longer its
--- instant, and it is leased at once.
+-- worker is leasing. A hand-off never leased (in flight: attempt 0, origin 'schedule', at its
+-- instant) must also be free by :hand_offs_by: behind an external queue that is earlier, as
+-- its message may still be on its way. Both bounds are one range of tw_queue_lease in
+-- lease_until_us order; the second is a filter on the rows it reads. On the table queue the
+-- two are equal and the filter passes every row; behind a queue it skips the hand-offs whose
+-- messages are in flight (ADR 0016). A run that buffer_one held back was never published:
+-- released, it is no longer in flight, and it is leased at once.
 -- Every lease of this kind also takes only runs free after :after (the far past, unless a
 -- worker with its room full leases beyond it the runs due after everything it holds: ADR 0029).
 -- `locked` keeps the chosen rows as they were before the lease, for lease_locked.
-WITH locked AS (
-    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
-    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-      AND lease_until_us > :after
-      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+WITH queued AS (
+    SELECT run_id FROM tw_queue
+    WHERE lease_until_us <= :now AND lease_until_us > :after
+      AND (lease_until_us <= :hand_offs_by OR NOT in_flight)
     ORDER BY lease_until_us LIMIT :limit FOR UPDATE SKIP LOCKED
 ),
+{locked_queued},
 {lease_locked}
 
 -- name: lease_runs_fresh_first
--- lease_runs in three ranges of tw_runs_pending, each only as large as the ones before it left
+-- lease_runs in three ranges of tw_queue_lease, each only as large as the ones before it left
 -- room for (ADR 0026), so that a backlog (one tenant's herd claimed into the queue, a dead
 -- worker's runs) does not hold back the runs coming due now:
 -- 1. due: free since :fresh_from and by :due_by (the worker's now), the newest first. For the
@@ -482,49 +531,43 @@ WITH locked AS (
 --    after it would otherwise wait for a round that has room left after the herd.
 -- 3. backlog: free before :fresh_from, the soonest first.
 WITH early AS (
-    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
-    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-      AND lease_until_us > :due_by AND lease_until_us > :after
-      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    SELECT run_id FROM tw_queue
+    WHERE lease_until_us <= :now AND lease_until_us > :due_by AND lease_until_us > :after
+      AND (lease_until_us <= :hand_offs_by OR NOT in_flight)
     ORDER BY lease_until_us LIMIT :ahead_first
     FOR UPDATE SKIP LOCKED
 ),
 due AS (
-    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
-    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :due_by
-      AND lease_until_us >= :fresh_from AND lease_until_us > :after
-      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    SELECT run_id FROM tw_queue
+    WHERE lease_until_us <= :due_by AND lease_until_us >= :fresh_from
+      AND lease_until_us > :after
+      AND (lease_until_us <= :hand_offs_by OR NOT in_flight)
     ORDER BY lease_until_us DESC LIMIT (:limit - (SELECT count(*) FROM early))
     FOR UPDATE SKIP LOCKED
 ),
 ahead AS (
-    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
-    FROM tw_runs WHERE status = 'pending' AND lease_until_us <= :now
-      AND lease_until_us > :due_by AND lease_until_us > :after
-      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-           OR lease_until_us <> coalesce(planned_us, scheduled_us))
-      AND id <> ALL(ARRAY(SELECT id FROM early))
+    SELECT run_id FROM tw_queue
+    WHERE lease_until_us <= :now AND lease_until_us > :due_by AND lease_until_us > :after
+      AND (lease_until_us <= :hand_offs_by OR NOT in_flight)
+      AND run_id <> ALL(ARRAY(SELECT run_id FROM early))
     ORDER BY lease_until_us
     LIMIT (:limit - (SELECT count(*) FROM early) - (SELECT count(*) FROM due))
     FOR UPDATE SKIP LOCKED
 ),
 backlog AS (
-    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
-    FROM tw_runs WHERE status = 'pending' AND lease_until_us < :fresh_from
-      AND lease_until_us > :after
-      AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-           OR lease_until_us <> coalesce(planned_us, scheduled_us))
+    SELECT run_id FROM tw_queue
+    WHERE lease_until_us < :fresh_from AND lease_until_us > :after
+      AND (lease_until_us <= :hand_offs_by OR NOT in_flight)
     ORDER BY lease_until_us
     LIMIT (:limit - (SELECT count(*) FROM early) - (SELECT count(*) FROM due)
            - (SELECT count(*) FROM ahead))
     FOR UPDATE SKIP LOCKED
 ),
-locked AS (
-    SELECT * FROM early UNION ALL SELECT * FROM due UNION ALL SELECT * FROM ahead
-    UNION ALL SELECT * FROM backlog
+queued AS (
+    SELECT run_id FROM early UNION ALL SELECT run_id FROM due UNION ALL SELECT run_id FROM ahead
+    UNION ALL SELECT run_id FROM backlog
 ),
+{locked_queued},
 {lease_locked}
 
 -- max_concurrent_runs (ADR 0024). While some tenant has that limit the leases take the
@@ -539,16 +582,17 @@ SELECT pg_advisory_xact_lock(:key)
 
 -- fragment: room_by_tenant
 -- The capped tenants (:capped, :caps) and the room each has at :now: its cap minus its runs
--- going (pending, leased to a worker, the lease live). They are counted from the runs side,
--- through the range of tw_runs_pending that is not free yet (live leases, and runs waiting
--- for their instant or their retry), each run's job by primary key (LATERAL ... LIMIT 1: not
--- flattened, so the planner cannot start from the tenant's jobs and read their every run,
--- history included, through tw_runs_job).
+-- going (pending, leased to a worker, the lease live). They are counted from the queue side,
+-- through the range of tw_queue_lease that is not free yet (live leases, and runs waiting
+-- for their instant or their retry), each run and its job by primary key (LATERAL ... LIMIT
+-- 1: not flattened, so the planner cannot start from the tenant's jobs and read their every
+-- run, history included, through tw_runs_job).
 caps AS (SELECT * FROM unnest(:capped::text[], :caps::bigint[]) AS c(tenant, cap)),
 going AS (
     SELECT j.tenant, count(*) AS n
-    FROM (SELECT job_id FROM tw_runs
-          WHERE status = 'pending' AND lease_until_us > :now AND lease_owner IS NOT NULL) r
+    FROM (SELECT run_id FROM tw_queue WHERE lease_until_us > :now) q
+    CROSS JOIN LATERAL (
+        SELECT job_id FROM tw_runs WHERE id = q.run_id AND lease_owner IS NOT NULL LIMIT 1) r
     CROSS JOIN LATERAL (SELECT tenant FROM tw_jobs WHERE id = r.job_id LIMIT 1) j
     WHERE j.tenant = ANY(:capped::text[])
     GROUP BY j.tenant
@@ -575,12 +619,12 @@ full_jobs AS (
 ),
 free AS (
     SELECT r.id, j.tenant, r.lease_until_us
-    FROM (SELECT id, job_id, lease_until_us FROM tw_runs
-          WHERE status = 'pending' AND lease_until_us <= :now AND lease_until_us > :after
-            AND (lease_until_us <= :hand_offs_by OR attempt > 0 OR origin <> 'schedule'
-                 OR lease_until_us <> coalesce(planned_us, scheduled_us))
-            AND job_id NOT IN (SELECT id FROM full_jobs)
-          ORDER BY lease_until_us LIMIT :limit) r
+    FROM (SELECT q.run_id AS id, x.job_id, q.lease_until_us FROM tw_queue q
+          CROSS JOIN LATERAL (SELECT job_id FROM tw_runs WHERE id = q.run_id LIMIT 1) x
+          WHERE q.lease_until_us <= :now AND q.lease_until_us > :after
+            AND (q.lease_until_us <= :hand_offs_by OR NOT q.in_flight)
+            AND x.job_id NOT IN (SELECT id FROM full_jobs)
+          ORDER BY q.lease_until_us LIMIT :limit) r
     CROSS JOIN LATERAL (SELECT tenant FROM tw_jobs WHERE id = r.job_id LIMIT 1) j
 ),
 chosen AS (
@@ -591,12 +635,12 @@ chosen AS (
     ) k LEFT JOIN room m ON m.tenant = k.tenant
     WHERE m.tenant IS NULL OR k.nth <= m.room
 ),
-locked AS (
-    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
-    FROM tw_runs
-    WHERE id = ANY(ARRAY(SELECT id FROM chosen)) AND status = 'pending' AND lease_until_us <= :now
-    ORDER BY lease_until_us, id FOR UPDATE SKIP LOCKED
+queued AS (
+    SELECT run_id FROM tw_queue
+    WHERE run_id = ANY(ARRAY(SELECT id FROM chosen)) AND lease_until_us <= :now
+    ORDER BY lease_until_us, run_id FOR UPDATE SKIP LOCKED
 ),
+{locked_queued},
 {lease_locked}
 
 -- name: lease_fenced_runs_capped
@@ -628,6 +672,11 @@ refused AS (
     WHERE k.nth > m.room AND r.id = k.id AND r.fence_token = k.fence
       AND r.status = 'pending' AND r.lease_owner IS NULL AND r.attempt = 0
       AND r.origin = 'schedule' AND r.lease_until_us = coalesce(r.planned_us, r.scheduled_us)
+    RETURNING r.id, r.lease_until_us
+),
+refused_queued AS (
+    UPDATE tw_queue q SET lease_until_us = f.lease_until_us, in_flight = false
+    FROM refused f WHERE q.run_id = f.id
 ),
 {locked_by_fence},
 {lease_locked}
@@ -635,7 +684,7 @@ refused AS (
 -- fragment: locked_by_fence
 -- `locked`: the runs named by the CTE `pairs` (id, fence) that are still pending at that
 -- fence, locked. Each is reached through the primary key, one lookup per pair (LATERAL ...
--- LIMIT 1 cannot be flattened into a join), never through tw_runs_pending: in a burst the
+-- LIMIT 1 cannot be flattened into a join), never through the queue: in a burst the
 -- planner's statistics still say that pending runs are rare while 100,000 are pending, and
 -- the join it planned on that belief read every pending run for each batch (ADR 0012). Pairs
 -- are walked in id order, so two workers locking overlapping batches (a redelivered message)
@@ -664,26 +713,49 @@ WITH pairs AS (SELECT * FROM unnest(:ids::bigint[], :fences::bigint[]) AS p(id, 
 
 -- name: take_back_own_leases
 -- Take back the live leases of ours that a lost lease_runs reply left behind (those not in
--- :holding): the fence stays, the lease is renewed. The inner select finds them through the
--- pending-lease index and locks them, waiting rather than skipping, so a run is not missed for
--- a lease TTL because a moment's lock hid it; a lock that waits re-checks the row, so a run
--- finished or leased elsewhere meanwhile drops out, and the outer WHERE says so once more.
-UPDATE tw_runs SET lease_until_us = :lease_until
-WHERE id = ANY(ARRAY(
-        SELECT id FROM tw_runs
-        WHERE status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
-          AND id <> ALL(:holding::bigint[])
-        ORDER BY lease_until_us, id LIMIT :limit FOR UPDATE))
-  AND status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
-RETURNING {fire_returning}
+-- :holding): the fence stays, the lease is renewed. `mine` finds them through the live range
+-- of tw_queue_lease, each run by primary key; they are locked on tw_runs, waiting rather than
+-- skipping, so a run is not missed for a lease TTL because a moment's lock hid it; a lock
+-- that waits re-checks the row, so a run finished or leased elsewhere meanwhile drops out,
+-- and the outer WHERE says so once more. The queue rows follow (ADR 0030's lock order).
+WITH mine AS (
+    SELECT q.run_id FROM tw_queue q
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM tw_runs WHERE id = q.run_id AND lease_owner = :owner LIMIT 1) r
+    WHERE q.lease_until_us > :now AND q.run_id <> ALL(:holding::bigint[])
+    ORDER BY q.lease_until_us, q.run_id LIMIT :limit
+),
+taken AS (
+    UPDATE tw_runs SET lease_until_us = :lease_until
+    WHERE id = ANY(ARRAY(
+            SELECT id FROM tw_runs
+            WHERE id = ANY(ARRAY(SELECT run_id FROM mine))
+              AND status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
+            ORDER BY id FOR UPDATE))
+      AND status = 'pending' AND lease_owner = :owner AND lease_until_us > :now
+    RETURNING {fire_returning}
+),
+requeued AS (
+    UPDATE tw_queue SET lease_until_us = :lease_until, in_flight = false
+    WHERE run_id = ANY(ARRAY(SELECT id FROM taken))
+)
+SELECT * FROM taken
 
 -- name: extend_leases
 -- Heartbeat: move the lease of each pending (:ids, :fences) pair whose fence is still ours;
 -- returns the pairs moved (the executor stops the fires of the others: a cancelled run).
-UPDATE tw_runs r SET lease_until_us = :lease_until
-FROM unnest(:ids::bigint[], :fences::bigint[]) AS l(id, fence)
-WHERE r.id = l.id AND r.fence_token = l.fence AND r.status = 'pending'
-RETURNING r.id, r.fence_token
+-- The queue rows follow the runs (ADR 0030's lock order).
+WITH moved AS (
+    UPDATE tw_runs r SET lease_until_us = :lease_until
+    FROM unnest(:ids::bigint[], :fences::bigint[]) AS l(id, fence)
+    WHERE r.id = l.id AND r.fence_token = l.fence AND r.status = 'pending'
+    RETURNING r.id, r.fence_token
+),
+requeued AS (
+    UPDATE tw_queue SET lease_until_us = :lease_until, in_flight = false
+    WHERE run_id = ANY(ARRAY(SELECT id FROM moved))
+)
+SELECT * FROM moved
 
 -- name: finish_runs
 -- Apply a batch of outcomes and append the applied ones to the attempt history, in one
@@ -705,7 +777,16 @@ applied AS (
         lease_until_us = o.retry_us
     FROM o
     WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND r.id = o.id AND r.fence_token = o.fence
-    RETURNING r.id, r.fence_token, r.status, r.finished_us, r.releases_key
+    RETURNING r.id, r.fence_token, r.status, r.finished_us, r.releases_key, r.lease_until_us
+),
+-- The queue rows follow (ADR 0030): a run that ended leaves the queue, a retry waits in it
+-- for its backoff.
+dequeued AS (
+    DELETE FROM tw_queue WHERE run_id = ANY(ARRAY(SELECT id FROM applied WHERE status <> 'pending'))
+),
+retried AS (
+    UPDATE tw_queue q SET lease_until_us = a.lease_until_us, in_flight = false
+    FROM applied a WHERE q.run_id = a.id AND a.status = 'pending'
 ),
 -- overlap buffer_one: a run that ended releases the run held back behind it (releases_key is
 -- NULL on every other run: nothing is looked up for them), leasable from that instant.
@@ -715,7 +796,11 @@ released AS (
     WHERE h.key = ANY(ARRAY(SELECT releases_key FROM applied
                             WHERE releases_key IS NOT NULL AND status <> 'pending'))
       AND h.status = 'pending' AND h.lease_until_us = :held
-    RETURNING h.id
+    RETURNING h.id, h.lease_until_us
+),
+released_queued AS (
+    UPDATE tw_queue q SET lease_until_us = x.lease_until_us, in_flight = false
+    FROM released x WHERE q.run_id = x.id
 ),
 recorded AS (
     INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us,
@@ -736,9 +821,15 @@ SELECT NULL, count(*) FROM released HAVING count(*) > 0
 
 -- name: redrive
 -- Put dead letters (:ids; NULL: all) back to pending, leasable at :now.
-UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
-    lease_until_us = :now
-WHERE dead_lettered_us IS NOT NULL AND (:ids::bigint[] IS NULL OR id = ANY(:ids::bigint[]))
+-- Each gets its queue row back (ADR 0030); the count of those is the statement's.
+WITH back AS (
+    UPDATE tw_runs SET status = 'pending', dead_lettered_us = NULL, lease_owner = NULL,
+        lease_until_us = :now
+    WHERE dead_lettered_us IS NOT NULL AND (:ids::bigint[] IS NULL OR id = ANY(:ids::bigint[]))
+    RETURNING id, job_id, guarded
+)
+INSERT INTO tw_queue (run_id, lease_until_us, in_flight, guarded_job)
+SELECT id, :now, false, CASE WHEN guarded = 1 THEN job_id END FROM back
 
 -- name: purge_dead_letters
 -- Take dead letters (:ids; NULL: all) out of the queue; they stay failed in the history.
@@ -936,8 +1027,7 @@ WITH moved AS (
         paced_us = :paced_us, updated_us = :now
     WHERE id = :id AND state = 'running' AND cursor_us IS NOT DISTINCT FROM :expected_us
       AND (NOT :one_at_a_time OR NOT EXISTS (
-            SELECT 1 FROM tw_runs r
-            WHERE r.job_id = tw_backfills.job_id AND r.status = 'pending' AND r.guarded = 1))
+            SELECT 1 FROM tw_queue q WHERE q.guarded_job = tw_backfills.job_id))
     RETURNING job_id
 ),
 inserted AS (
@@ -948,6 +1038,71 @@ inserted AS (
     FROM moved m JOIN tw_jobs j ON j.id = m.job_id,
          unnest(:keys::text[], :at_us::bigint[]) AS o(key, at_us)
     ON CONFLICT (key) DO NOTHING
-    RETURNING id
-)
+    RETURNING {queue_columns}
+),
+{queue_inserted}
 SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM inserted) AS inserted
+
+-- The pending runs' queue (ADR 0030): what the reads below count or look for in tw_runs on
+-- SQLite, they read from tw_queue here, one row per pending run.
+
+-- name: insert_manual_run
+-- Record an out-of-schedule occurrence at :now, unowned and leasable at once (guarded when its
+-- job has an overlap policy: a manual run still going counts as the job's run still going),
+-- and its queue row.
+WITH inserted AS (
+    INSERT INTO tw_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                         coalesced, lease_owner, lease_until_us, created_us, guarded)
+    SELECT id, :key, 'manual', :now, 'pending', 0, fence_token, 0, NULL, :now, :now,
+           CASE WHEN overlap = 'allow' THEN 0 ELSE 1 END
+    FROM tw_jobs WHERE id = :job_id
+    ON CONFLICT (key) DO NOTHING
+    RETURNING {queue_columns}
+)
+INSERT INTO tw_queue (run_id, lease_until_us, in_flight, guarded_job)
+SELECT id, lease_until_us, false, CASE WHEN guarded = 1 THEN job_id END FROM inserted
+
+-- name: next_lease
+-- The earliest instant at which some pending run's lease is, or becomes, free (of those
+-- later than :after, unless it is NULL): the first entry of tw_queue_lease past :after. A run
+-- held back by overlap buffer_one (lease end :held) has no such instant until it is released.
+SELECT min(lease_until_us) AS next_us FROM tw_queue
+WHERE (CAST(:after AS BIGINT) IS NULL OR lease_until_us > :after) AND lease_until_us < :held
+
+-- name: prune_runs
+-- Delete a batch of finished runs (not dead letters) that finished before :cutoff, found
+-- through tw_runs_created (a run is created before it finishes; tw_runs keeps no index on the
+-- finish time, so that an outcome's update is HOT: ADR 0030).
+DELETE FROM tw_runs WHERE id IN (
+    SELECT id FROM tw_runs
+    WHERE dead_lettered_us IS NULL AND created_us < :cutoff
+      AND status <> 'pending' AND finished_us < :cutoff
+    LIMIT :limit)
+
+-- name: pending_runs
+-- How many runs are pending, leased or not (stats): the queue's rows.
+SELECT count(*) AS n FROM tw_queue
+
+-- name: oldest_leasable
+-- When the longest-waiting leasable run became leasable (the queue's oldest waiting fire).
+-- The first entry of tw_queue_lease.
+SELECT min(lease_until_us) AS since_us FROM tw_queue WHERE lease_until_us <= :now
+
+-- name: leasable_runs
+-- The table queue's depth: pending runs a worker could lease at :now.
+SELECT count(*) AS n FROM tw_queue WHERE lease_until_us <= :now
+
+-- name: queue_mismatches
+-- ADR 0030's invariant, for tests and the chaos harness: the runs whose queue row is missing,
+-- extra or different from what tw_runs says (one row per pending run, the same lease end,
+-- in flight by the rule of queue_inserted, the job's id when guarded). Empty when it holds.
+SELECT coalesce(r.id, q.run_id) AS run_id, r.status, r.lease_until_us,
+       q.lease_until_us AS queued_until, q.in_flight, q.guarded_job
+FROM tw_runs r FULL JOIN tw_queue q ON q.run_id = r.id
+WHERE (r.status = 'pending') IS DISTINCT FROM (q.run_id IS NOT NULL)
+   OR (q.run_id IS NOT NULL AND (
+        q.lease_until_us IS DISTINCT FROM r.lease_until_us
+        OR q.in_flight IS DISTINCT FROM (
+            r.attempt = 0 AND r.origin = 'schedule'
+            AND r.lease_until_us = coalesce(r.planned_us, r.scheduled_us))
+        OR q.guarded_job IS DISTINCT FROM CASE WHEN r.guarded = 1 THEN r.job_id END))
