@@ -192,7 +192,7 @@ async def roles(
     extra |= {"TICKWORK_DATA_DIR": str(_data_dir(env, tag)), "TICKWORK_API_KEY_RATE": "0"}
     argv = {"api": ["--port", str(port)], "scheduler": [], "worker": list(worker_args)}
     children = await asyncio.gather(
-        *(_start_role(env, role, url, argv[role], tag, extra) for role in ROLES),
+        *(start_role(env, role, url, argv[role], tag, extra) for role in ROLES),
         return_exceptions=True,
     )
     started = [c for c in children if isinstance(c, procs.Child)]
@@ -212,7 +212,7 @@ def _data_dir(env: Env, tag: str) -> Path:
     return env.tmp / f"data-{tag}"
 
 
-async def _start_role(
+async def start_role(
     env: Env, role: str, url: str, args: list[str], tag: str, extra: dict[str, str]
 ) -> procs.Child:
     counts = _counts_path(env, tag, role)
@@ -262,7 +262,7 @@ async def burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
     url = env.admin.dsn(db)
     result: dict[str, Any] = {"queue": queue, "jobs": cfg.burst_jobs, "foreign_before": quiet}
     async with receiver(env, f"burst-{queue}") as (base, out):
-        t_us = _burst_instant(cfg)
+        t_us = burst_instant(cfg)
         hook = WebhookTarget(url=f"{base}/hook", method="POST")
         result["create_s"] = await create_at_jobs(url, hook, t_us, cfg)
         before = await env.admin.counters(db)
@@ -272,7 +272,7 @@ async def burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any]:
             roles(env, url, queue_url, f"burst-{queue}", result),
         ):
             result["ready_before_t_s"] = round(t_us / 1e6 - time.time(), 2)
-            await _sleep_until(t_us / 1e6)
+            await sleep_until(t_us / 1e6)
             with CpuMeter(env.attribution) as meter:
                 result["waited_s"] = await _wait_for(base, cfg)
     counters = delta(await env.admin.counters(db), before)
@@ -297,7 +297,7 @@ async def task_burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any
     db = await env.admin.create(f"e2e_task_{queue}")
     url, tag = env.admin.dsn(db), f"task-{queue}"
     result: dict[str, Any] = {"queue": queue, "jobs": cfg.burst_jobs, "foreign_before": quiet}
-    t_us = _burst_instant(cfg)
+    t_us = burst_instant(cfg)
     result["create_s"] = await create_at_jobs(url, TaskTarget(name=NOOP_TASK), t_us, cfg)
     before = await env.admin.counters(db)
     statements_before = await env.admin.statement_times(db)
@@ -307,7 +307,7 @@ async def task_burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any
         roles(env, url, queue_url, tag, result, worker_args),
     ):
         result["ready_before_t_s"] = round(t_us / 1e6 - time.time(), 2)
-        await _sleep_until(t_us / 1e6)
+        await sleep_until(t_us / 1e6)
         with CpuMeter(env.attribution) as meter:
             result["waited_s"], polls = await _wait_for_runs(url, cfg)
     counters = delta(await env.admin.counters(db), before)
@@ -327,7 +327,7 @@ async def task_burst_case(env: Env, cfg: E2EConfig, queue: str) -> dict[str, Any
     )
 
 
-def _burst_instant(cfg: E2EConfig) -> int:
+def burst_instant(cfg: E2EConfig) -> int:
     """T, in epoch µs, on a whole second: after the creation (estimated) and the start-up."""
     est = cfg.burst_jobs / cfg.create_rate_guess + cfg.lead_s
     return math.ceil(time.time() + est) * 1_000_000
@@ -365,7 +365,7 @@ async def create_concurrently(
     await asyncio.gather(*(creator(s) for s in range(0, count, per)))
 
 
-async def _sleep_until(epoch_s: float) -> None:
+async def sleep_until(epoch_s: float) -> None:
     await asyncio.sleep(max(0.0, epoch_s - time.time()))
 
 
@@ -546,9 +546,9 @@ async def _measure_rate(
     create_s = await lateness.create_jobs(api, hook, "spread", created, key)
     start = math.ceil(time.time() + cfg.warmup_s)
     window = lateness.Window(start * 1_000_000, (start + cfg.window_s) * 1_000_000)
-    await _sleep_until(start)
+    await sleep_until(start)
     with CpuMeter(env.attribution) as meter:
-        await _sleep_until(window.end_us / 1e6)
+        await sleep_until(window.end_us / 1e6)
     await asyncio.sleep(cfg.settle_s)
     return {"window": window, "create_s": round(create_s, 2), "cpu": meter.report()}
 

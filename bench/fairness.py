@@ -95,7 +95,7 @@ async def case(env: Env, a_jobs: int, b_jobs: int) -> dict[str, Any]:
     db = await env.admin.create(f"fair_{b_jobs}")
     url, tag = env.admin.dsn(db), f"fair-{b_jobs}"
     cfg = e2e.E2EConfig(burst_jobs=a_jobs)
-    t_us = e2e._burst_instant(cfg)
+    t_us = e2e.burst_instant(cfg)
     result: dict[str, Any] = {"a_jobs": a_jobs, "b_jobs": b_jobs}
     result["create_s"] = await _create(url, a_jobs, b_jobs, t_us)
     async with e2e.roles(env, url, None, tag, result, ("--import", "bench.noop_task")):

@@ -89,7 +89,7 @@ async def herd_case(env: Env, jobs: int, window_s: int) -> dict[str, Any]:
     db = await env.admin.create(f"herd_{window_s}")
     url, tag = env.admin.dsn(db), f"herd-{window_s}"
     cfg = e2e.E2EConfig(burst_jobs=jobs)
-    t_us = e2e._burst_instant(cfg)
+    t_us = e2e.burst_instant(cfg)
     result: dict[str, Any] = {"jobs": jobs, "window_s": window_s}
     result["create_s"] = await _create(url, jobs, t_us, window_s)
     async with e2e.roles(env, url, None, tag, result, ("--import", "bench.noop_task")):

@@ -97,6 +97,32 @@ def burst(executions: list[Execution], t_s: float, jobs: int) -> dict[str, Any]:
     }
 
 
+def failover(
+    executions: list[Execution],
+    t_s: float,
+    jobs: int,
+    killed_at_s: float,
+    restarted_at_s: float | None,
+) -> dict[str, Any]:
+    """The burst's figures for a burst whose scheduler was killed (`kill -9`) at `killed_at_s`
+    and started again at `restarted_at_s`, and what the kill did: the bodies run before it, the
+    time from the kill to the next body (to the next fire), the jobs that never ran, and those
+    that ran more than once (a body run again after the kill)."""
+    killed_us = round(killed_at_s * 1e6)
+    after = sorted(e.ran_us for e in executions if e.ran_us > killed_us)
+    counts = Counter(e.key for e in executions)
+    return burst(executions, t_s, jobs) | {
+        "killed_after_t_s": round(killed_at_s - t_s, 3),
+        "ran_before_kill": sum(e.ran_us <= killed_us for e in executions),
+        "restart_delay_s": None
+        if restarted_at_s is None
+        else round(restarted_at_s - killed_at_s, 3),
+        "next_fire_after_kill_s": round((after[0] - killed_us) / 1e6, 3) if after else None,
+        "last_fire_after_kill_s": round((after[-1] - killed_us) / 1e6, 3) if after else None,
+        "jobs_run_twice_or_more": sum(n > 1 for n in counts.values()),
+    }
+
+
 def precision(
     executions: list[Execution], window_start_s: float, window_end_s: float, jobs: int
 ) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """`python -m bench.peers`: tickwork and the schedulers a user would pick instead, in one run.
 
     uv run python -m bench.peers [--quick] [--only apscheduler,celery_eta,...]
-        [--scenario burst,precision] [--peer-jobs 10000] [--tickwork-jobs 100000]
+        [--scenario burst,precision,failover] [--peer-jobs 10000] [--tickwork-jobs 100000]
         [--precision-jobs 1000] [--precision-seconds 60] [--pg-dsn DSN] [--redis-url URL]
 
 Each peer runs in its own venv (installed on first use, cached), through its harness; tickwork
@@ -26,7 +26,7 @@ from typing import Any
 from bench import machine, meter
 from bench.cli import DEFAULT_PG_DSN
 from bench.env import Env
-from bench.peers import peer_case, plots, report, tickwork_cases, venvs
+from bench.peers import peer_case, plots, report, tickwork_cases, tickwork_failover, venvs
 from bench.peers.peer_case import Settings
 from bench.peers.registry import PEERS, SCENARIOS, Peer
 from bench.pgutil import Admin, attribution_of
@@ -181,7 +181,24 @@ async def _cases(
                 settings = Settings(scenario="precision", jobs=jobs, seconds=args.precision_seconds,
                                     warmup_s=_warmup(args), redis_url=args.redis_url)  # fmt: skip
                 keep(await _peer(env, peer, installs, settings))
+    if "failover" in args.scenario:
+        plan = tickwork_failover.FailoverPlan(
+            jobs=args.peer_jobs, kill_after=peer_case.kill_after(args.peer_jobs)
+        )
+        keep(await _tickwork_failover(env, plan))
+        settings = Settings(scenario="failover", jobs=args.peer_jobs, redis_url=args.redis_url)
+        for peer in peers:
+            if "failover" in peer.scenarios:
+                keep(await _peer(env, peer, installs, settings))
     return cases
+
+
+async def _tickwork_failover(env: Env, plan: tickwork_failover.FailoverPlan) -> dict[str, Any]:
+    try:
+        return await tickwork_failover.run(env, plan)
+    except Exception as exc:  # the run goes on; the report says this row is missing
+        return {"peer": "tickwork", "scenario": "failover", "jobs": plan.jobs,
+                "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
 
 
 async def _peer(

@@ -54,6 +54,8 @@ async def run(env: Env, peer: Peer, python: Path, settings: Settings) -> dict[st
             "--jobs", str(settings.jobs), "--seconds", str(settings.seconds),
             "--warmup-s", str(settings.warmup_s), "--body-log", str(body_log),
             "--work-dir", str(work), "--budget-s", str(CASE_BUDGET_S - 10)]  # fmt: skip
+    if settings.scenario == "failover":
+        base += ["--kill-after", str(kill_after(settings.jobs))]
     async with _resources(env, peer, settings) as extra:
         started = time.monotonic()
         child, _line = await procs.start(
@@ -90,11 +92,25 @@ async def run(env: Env, peer: Peer, python: Path, settings: Settings) -> dict[st
     return result
 
 
+def kill_after(jobs: int) -> int:
+    """Failover: the bodies run before the kill, 30 % of the burst, for every contender."""
+    return jobs * 3 // 10
+
+
 def figures(
     executions: list[analysis.Execution], report: dict[str, Any], settings: Settings
 ) -> dict[str, Any]:
     if settings.scenario == "burst" and "t_s" in report:
         return analysis.burst(executions, float(report["t_s"]), settings.jobs)
+    if settings.scenario == "failover" and "killed_at_s" in report:
+        restarted = report.get("restarted_at_s")
+        return analysis.failover(
+            executions,
+            float(report["t_s"]),
+            settings.jobs,
+            float(report["killed_at_s"]),
+            None if restarted is None else float(restarted),
+        )
     if settings.scenario == "precision" and "window_start_s" in report:
         jobs = int(report.get("jobs", settings.jobs))
         return analysis.precision(
@@ -109,7 +125,7 @@ def _fires_over_time(
     origin = report.get("t_s") or report.get("window_start_s")
     if origin is None:
         return {}
-    bin_s = 0.1 if settings.scenario == "burst" else 1.0
+    bin_s = 1.0 if settings.scenario == "precision" else 0.1
     counts = analysis.fires_over_time(executions, float(origin), bin_s)
     return {"origin_s": origin, "bin_s": bin_s, "counts": counts}
 

@@ -8,12 +8,15 @@ async context manager (`resources`) yielding extra harness arguments (e.g. a pri
 
 Every harness is called the same way (see bench/peers/peer_case.py):
 
-    python harnesses/<harness> --scenario burst|precision --jobs N --seconds S --warmup-s W
-        --body-log FILE --work-dir DIR --budget-s B [--pg-dsn DSN] [--redis-url URL] [extra...]
+    python harnesses/<harness> --scenario burst|precision|failover --jobs N --seconds S
+        --warmup-s W --body-log FILE --work-dir DIR --budget-s B [--pg-dsn DSN]
+        [--redis-url URL] [--kill-after K (failover)] [extra...]
 
 prints `measuring` on a line of its own when its jobs exist and it starts to wait for them, and
 ends with its report line (`_record.report`): `t_s` (burst: the instant T) or `window_start_s`
-and `window_end_s` (precision: the whole seconds measured), and its configuration.
+and `window_end_s` (precision: the whole seconds measured), and its configuration. A failover
+(the burst, its scheduling process killed with SIGKILL once K bodies ran, then started again at
+once) also reports `killed_at_s` and, where the harness knows it, `restarted_at_s`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from typing import Any
 
 from bench.peers.registry_pg import PG_PEERS
 
-SCENARIOS = ("burst", "precision")
+SCENARIOS = ("burst", "precision", "failover")
+# What a peer supports when its entry does not say: the scenarios every harness has.
+BASIC = ("burst", "precision")
 
 # A custom resource: given the run's context, an async context manager yielding extra argv.
 Resources = Callable[[Any], AbstractAsyncContextManager[list[str]]]
@@ -79,7 +84,7 @@ PEERS: dict[str, Peer] = {
             harness="apscheduler4.py",
             venv="apscheduler4",
             packages=APSCHEDULER4,
-            scenarios=SCENARIOS,
+            scenarios=BASIC,
             postgres=True,
             fair=(
                 "APScheduler 4.0.0a6 (pre-release) AsyncScheduler in role both, "
@@ -93,7 +98,7 @@ PEERS: dict[str, Peer] = {
             harness="celery_eta.py",
             venv="celery",
             packages=CELERY,
-            scenarios=("burst",),
+            scenarios=("burst", "failover"),
             redis_db=8,
             fair=(
                 "Celery 5.7 apply_async(eta=T) on a Redis broker, one worker, prefork pool "
@@ -107,7 +112,7 @@ PEERS: dict[str, Peer] = {
             harness="celery_redbeat.py",
             venv="celery",
             packages=CELERY,
-            scenarios=SCENARIOS,
+            scenarios=BASIC,
             redis_db=9,
             precision_variant="aligned",
             fair=(
@@ -122,7 +127,7 @@ PEERS: dict[str, Peer] = {
 
 def _from_pg_peers(name: str) -> Peer:
     """A PostgreSQL-family peer of registry_pg.py in the runner's shape: its fields, and of its
-    scenarios those the runner drives (its own `failover` runs through try_harness.py)."""
+    scenarios those the runner drives."""
     spec = {k: v for k, v in PG_PEERS[name].items() if k in Peer.__dataclass_fields__}
     spec["scenarios"] = tuple(s for s in spec["scenarios"] if s in SCENARIOS)
     return Peer(**spec)

@@ -46,6 +46,13 @@ def case_line(case: dict[str, Any]) -> str:
     name = f"  {case['scenario']:>9} {case['peer']:<15}"
     if "error" in case:
         return f"{name} FAILED {case['error']}"
+    if case["scenario"] == "failover":
+        return (
+            f"{name} N={case.get('jobs')}, killed after {case.get('ran_before_kill')} bodies: "
+            f"next fire {case.get('next_fire_after_kill_s')} s after the kill, last "
+            f"{case.get('last_fire_after_kill_s')} s; missing {case.get('missing')} dup "
+            f"{case.get('duplicates')}, noise {_noise(case)}"
+        )
     if case["scenario"] == "burst":
         return (
             f"{name} N={case.get('jobs')}: {_num(case.get('fires_per_s'))} fires/s, "
@@ -133,6 +140,30 @@ def precision_rows(cases: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def failover_rows(cases: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        "| contender | N | bodies before the kill | kill to next fire s | kill to last fire s "
+        "| missing | jobs run twice | executions beyond the first | noise cores |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for case in cases:
+        if case["scenario"] != "failover":
+            continue
+        if "error" in case:
+            rows.append(
+                f"| {case['peer']} | {_num(case.get('jobs'))} | {case['error'][:80]} |||||||"
+            )
+            continue
+        rows.append(
+            f"| {case['peer']} | {_num(case.get('jobs'))} | {_num(case.get('ran_before_kill'))} "
+            f"| {_num(case.get('next_fire_after_kill_s'), 2)} "
+            f"| {_num(case.get('last_fire_after_kill_s'), 2)} | {case.get('missing')} "
+            f"| {case.get('jobs_run_twice_or_more')} | {case.get('duplicates')} "
+            f"| {_noise(case)} |"
+        )
+    return rows
+
+
 def markdown(data: dict[str, Any]) -> str:
     facts, cfg, cases = data["facts"], data["config"], data["cases"]
     lines = [
@@ -162,6 +193,12 @@ def markdown(data: dict[str, Any]) -> str:
         title = (f"## Precision: every-second jobs, {cfg['precision_seconds']} s measured "
                  f"after {cfg['precision_warmup_s']} s")  # fmt: skip
         lines += [title, "", *precision_rows(cases), ""]
+    if "failover" in cfg["scenarios"]:
+        lines += ["## Failover: the burst, its scheduling processes killed (SIGKILL) after 30 % "
+                  "of it ran, started again at once", "", *failover_rows(cases), "",
+                  "Missing: never ran within the recovery window after the kill. tickwork "
+                  "executes at least once: a body whose outcome the killed worker had not "
+                  "written yet runs again, with the same idempotency key.", ""]  # fmt: skip
     lines += ["## Configurations", ""]
     for name, install in data.get("installs", {}).items():
         fair = next((c.get("fair") for c in cases if c["peer"] == name and c.get("fair")), "")

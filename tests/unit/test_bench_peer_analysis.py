@@ -94,3 +94,28 @@ def test_percentiles_for_the_distribution_plot() -> None:
     assert len(found) == 101
     assert (found[0], found[50], found[100]) == (1.0, 100.0, 200.0)
     assert analysis.percentiles([]) == []
+
+
+def test_failover_counts_what_the_kill_did() -> None:
+    killed_s, restarted_s = T + 1.0, T + 1.5
+    runs = [
+        Execution("a", T_US, T_US + 200_000),
+        Execution("b", T_US, T_US + 900_000),  # ran before the kill, its outcome unwritten
+        Execution("b", T_US, T_US + 3_000_000),  # so it ran again after the restart
+        Execution("c", T_US, T_US + 2_500_000),  # the next fire: 1.5 s after the kill
+    ]
+    found = analysis.failover(runs, T, jobs=4, killed_at_s=killed_s, restarted_at_s=restarted_s)
+    assert found["ran_before_kill"] == 2
+    assert found["killed_after_t_s"] == 1.0
+    assert found["restart_delay_s"] == 0.5
+    assert found["next_fire_after_kill_s"] == 1.5
+    assert found["last_fire_after_kill_s"] == 2.0
+    assert (found["missing"], found["duplicates"], found["jobs_run_twice_or_more"]) == (1, 1, 1)
+
+
+def test_failover_with_nothing_after_the_kill() -> None:
+    runs = [Execution("a", T_US, T_US + 100_000)]
+    found = analysis.failover(runs, T, jobs=2, killed_at_s=T + 1.0, restarted_at_s=None)
+    assert found["next_fire_after_kill_s"] is None
+    assert found["restart_delay_s"] is None
+    assert found["missing"] == 1

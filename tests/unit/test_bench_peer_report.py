@@ -77,3 +77,19 @@ def test_a_contender_not_ready_at_t_is_flagged() -> None:
     late = _burst("tickwork", 2000.0, 50.0) | {"ready_before_t_s": -1.5}
     md = report.markdown(_data([late, _burst("peer_a", 500.0, 200.0)]))
     assert "**tickwork was not ready at T** (its processes were up 1.5 s after T)" in md
+
+
+def test_failover_rows_show_the_kill_and_what_it_cost() -> None:
+    mine = {"peer": "tickwork", "scenario": "failover", "jobs": 10_000, "ran_before_kill": 3000,
+            "next_fire_after_kill_s": 2.5, "last_fire_after_kill_s": 3.25, "missing": 0,
+            "jobs_run_twice_or_more": 900, "duplicates": 900}  # fmt: skip
+    lost = {"peer": "peer_a", "scenario": "failover", "jobs": 10_000, "ran_before_kill": 3001,
+            "next_fire_after_kill_s": 0.5, "last_fire_after_kill_s": 60.0, "missing": 4000,
+            "jobs_run_twice_or_more": 0, "duplicates": 0}  # fmt: skip
+    data = _data([mine, lost, {"peer": "peer_b", "scenario": "failover", "error": "boom"}])
+    data["config"]["scenarios"] = ["failover"]
+    md = report.markdown(data)
+    assert "| tickwork | 10,000 | 3,000 | 2.50 | 3.25 | 0 | 900 | 900 |" in md
+    assert "| peer_a | 10,000 | 3,001 | 0.50 | 60.00 | 4000 | 0 | 0 |" in md
+    assert "| peer_b | - | boom |" in md
+    assert "next fire 2.5 s after the kill" in report.case_line(mine)

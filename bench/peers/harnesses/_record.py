@@ -14,13 +14,15 @@ concurrency, pool sizes, polling) and anything the host cannot see in the body l
 
 Also here, because several harnesses need the same: the runner's calling convention as an
 argparse parser (`harness_parser`), bounded waits for N bodies (`wait_until`, `await_until`,
-`count_lines`), and the failover step that SIGKILLs a child after N bodies (`kill_after`).
+`count_lines`, `count_keys`), and the failover step that SIGKILLs a child after N bodies
+(`kill_after`, `kill_at`; `kill_group` for a child that has children of its own).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -61,7 +63,17 @@ def harness_parser(scenarios: Sequence[str], *, service: str) -> argparse.Argume
     ap.add_argument("--work-dir", default=".")
     ap.add_argument("--budget-s", type=float, default=290.0)
     ap.add_argument(f"--{service}", required=True)
+    if "failover" in scenarios:
+        ap.add_argument("--kill-after", type=int, help="bodies before the kill (30 %% of jobs)")
+        ap.add_argument("--recovery-s", type=float, default=60.0,
+                        help="the most to wait after the kill for every key to run")  # fmt: skip
     return ap
+
+
+def kill_after_bodies(a: argparse.Namespace) -> int:
+    """A failover's `--kill-after`; by default 30 % of the burst (the runner's own default)."""
+    bodies: int = a.kill_after if a.kill_after is not None else a.jobs * 3 // 10
+    return bodies
 
 
 def count_lines(path: str) -> int:
@@ -71,6 +83,18 @@ def count_lines(path: str) -> int:
             return f.read().count(b"\n")
     except FileNotFoundError:
         return 0
+
+
+def count_keys(path: str) -> int:
+    """Distinct keys recorded so far: a failover waits for every key, and a key that ran twice
+    (a duplicate) must not stand in for one that never ran."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return 0
+    complete = data[: data.rfind(b"\n") + 1]  # a line being written is not a key yet
+    return len({line.split(b" ", 1)[0] for line in complete.splitlines()})
 
 
 def wait_until(ran: Callable[[], int], count: int, deadline: float, poll_s: float) -> bool:
@@ -100,16 +124,68 @@ def kill_after(victim_argv: Sequence[str], body_log: str, bodies: int, deadline:
     `deadline` passes). Returns the kill's epoch time."""
     victim = subprocess.Popen(victim_argv)
     print("measuring", flush=True)
+    return kill_at(victim, body_log, bodies, deadline)
+
+
+def kill_at(
+    victim: subprocess.Popen[Any],
+    body_log: str,
+    bodies: int,
+    deadline: float,
+    *,
+    group: bool = False,
+) -> float:
+    """`kill_after` for a victim already running: SIGKILL it (`group`: its whole process group,
+    see `kill_group`) once the body log has `bodies` lines, it exits, or `deadline` passes;
+    reap it. Returns the kill's epoch time."""
     try:
         # 10 ms polls: the kill should land close to `bodies`, mid-burst
-        while count_lines(body_log) < bodies and victim.poll() is None:
+        while count_lines(body_log) < bodies and not exited(victim):
             if time.time() > deadline:
                 break
             time.sleep(0.01)
         killed_at = time.time()
-        # Popen.send_signal, not os.kill: a victim already reaped is not signalled (its pid
-        # may belong to another process by now)
-        victim.send_signal(signal.SIGKILL)
     finally:
-        victim.wait()
+        if group:
+            kill_group(victim)
+        else:
+            # Popen.send_signal, not os.kill: a victim already reaped is not signalled (its pid
+            # may belong to another process by now)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
     return killed_at
+
+
+def kill_group(child: subprocess.Popen[Any]) -> None:
+    """SIGKILL every process of the child's process group, then reap the child. The child must
+    lead a group of its own (started with start_new_session=True), and is signalled only while
+    not reaped: until then the group id (its pid) cannot name anyone else's group."""
+    if child.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group, from /proc (Linux)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        # after the command name (in parentheses, may hold anything): state, ppid, pgrp
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] != b"Z" and int(fields[2]) == pgid:
+            found.append(int(entry.name))
+    return found
+
+
+def exited(child: subprocess.Popen[Any]) -> bool:
+    """Whether the child has exited, without reaping it (so its pid stays its own)."""
+    if child.returncode is not None:
+        return True
+    return os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
