@@ -21,11 +21,12 @@ from tickwork.errors import InvalidInput, StoreError
 from tickwork.settings import sqlite_path
 from tickwork.store.migrate import MIGRATE_LOCK_KEY, VERSION_TABLE, current_revision, upgrade
 from tickwork.store.postgres import PostgresStore
+from tickwork.store.schema_head import HEAD_REVISION
 from tickwork.store.sqlite import SqliteStore
 from tickwork.testing import ThrowawayPostgres, free_port
 from tickwork.webhooks import generate_secret
 
-HEAD = "0017"  # the newest migration; bump it with every new revision
+HEAD = HEAD_REVISION  # the newest migration (schema_head.py: bump it with every revision)
 SCHEMA_TABLES = {
     "tw_jobs",
     "tw_runs",

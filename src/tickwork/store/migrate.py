@@ -53,6 +53,7 @@ from sqlalchemy.pool import NullPool
 
 from tickwork.domain.partitions import check_partitions
 from tickwork.errors import InvalidInput, StoreError, TickworkError
+from tickwork.store.schema_head import VERSION_TABLE
 from tickwork.store.sqlite.connection import create_private
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "upgrade",
 ]
 
-VERSION_TABLE = "tw_alembic_version"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # A fixed signed 64-bit key: the first 8 bytes of sha256("tickwork-migrate").
 MIGRATE_LOCK_KEY = int.from_bytes(

@@ -68,6 +68,7 @@ from tickwork.store.postgres.errors import translated
 from tickwork.store.postgres.listen import NotifyListener
 from tickwork.store.postgres.statements import SQL
 from tickwork.store.run_caps import RunCaps
+from tickwork.store.schema_head import postgres_at_head
 from tickwork.store.sql import rows
 from tickwork.store.sql.backfills import (
     SqlBackfillReads,
@@ -129,7 +130,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
 
     # -- lifecycle --------------------------------------------------------------------------
     async def open(self) -> None:
-        if self._migrate:
+        if self._migrate and not await postgres_at_head(self._dsn):
             from tickwork.store.migrate import upgrade
 
             await upgrade(self.url)

@@ -65,6 +65,7 @@ from tickwork.store.base import (
     missing_or_stale,
 )
 from tickwork.store.run_caps import RunCaps
+from tickwork.store.schema_head import sqlite_at_head
 from tickwork.store.sql import rows
 from tickwork.store.sql.backfills import (
     SqlBackfillReads,
@@ -106,7 +107,7 @@ class SqliteStore(SqlReads, SqlBackfillReads):
 
     async def open(self) -> None:
         create_private(self.path)
-        if self._migrate:
+        if self._migrate and not sqlite_at_head(self.path):
             from tickwork.store.migrate import upgrade
 
             await upgrade(f"sqlite:///{self.path}")
