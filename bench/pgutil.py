@@ -32,6 +32,11 @@ def dsn_for(admin_dsn: str, dbname: str) -> str:
     return urlunsplit(parts._replace(path="/" + dbname))
 
 
+# Set to an ICU locale (e.g. en-US) to create every benchmark database with it as its default
+# collation instead of the server's.
+ICU_LOCALE_ENV = "TICKWORK_BENCH_ICU_LOCALE"
+
+
 class Admin:
     """One connection to the admin database; creates, copies and drops bench databases."""
 
@@ -61,6 +66,11 @@ class Admin:
         name = f"{self.prefix}_{purpose}"
         await self.drop(name)
         clause = f" TEMPLATE {template} STRATEGY FILE_COPY" if template else ""
+        icu = os.environ.get(ICU_LOCALE_ENV)
+        if icu and not template:
+            # A database whose text compares like most production ones (a linguistic
+            # collation), rather than this server's C.UTF-8 (ADR 0031's measurement).
+            clause = f" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '{icu}'"
         await self.conn.execute(f"CREATE DATABASE {name}{clause}")
         self.created.append(name)
         return name

@@ -402,6 +402,36 @@ async def test_pg_0017_queues_every_pending_run_and_makes_their_updates_hot(pg_d
     assert options == ["fillfactor=50"]
 
 
+IDENTIFIERS = """
+SELECT table_name || '.' || column_name, collation_name FROM information_schema.columns
+WHERE table_schema = 'public' AND table_name = ANY($1::text[]) AND data_type = 'text'
+  AND column_name = ANY($2::text[])
+"""
+
+
+async def test_pg_0018_compares_identifiers_byte_by_byte_and_keeps_them(pg_dsn: str) -> None:
+    assert await upgrade(pg_dsn, "0017") == "0017"
+    conn = await asyncpg.connect(pg_dsn)
+    tables = ["tw_jobs", "tw_runs", "tw_queue", "tw_attempts", "tw_tenants", "tw_audit"]
+    columns = ["id", "job_id", "key", "tenant", "name", "guarded_job", "actor_tenant", "status"]
+    try:
+        await conn.execute(_RUN_AT_0016, *RUNS_AT_0016[0])
+        before = await conn.fetch("SELECT id, job_id, key FROM tw_runs")
+        assert await upgrade(pg_dsn) == HEAD
+        after = await conn.fetch("SELECT id, job_id, key FROM tw_runs")
+        collations = dict(await conn.fetch(IDENTIFIERS, tables, columns))
+        # The rebuilt key index still finds the run.
+        found = await conn.fetchval("SELECT id FROM tw_runs WHERE key = $1", before[0]["key"])
+    finally:
+        await conn.close()
+    assert [tuple(r) for r in after] == [tuple(r) for r in before]
+    assert found == before[0]["id"]
+    identifiers = {k: v for k, v in collations.items() if not k.endswith(".status")}
+    assert len(identifiers) == 10
+    assert set(identifiers.values()) == {"C"}
+    assert collations["tw_runs.status"] is None  # other text keeps the database's collation
+
+
 # -- 0006: every tenant in use gets a row -------------------------------------------------------
 
 # A database at 0005: jobs of three tenants (one named twice), and one tenant with settings.

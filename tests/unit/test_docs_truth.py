@@ -43,6 +43,7 @@ NOT_SETTINGS = frozenset(
         "TICKWORK_FAULT",
         "TICKWORK_BENCH_SMOKE",  # the peer suite's smoke test, on in CI
         "TICKWORK_BENCH_BODY_LOG",  # the benchmark's no-op task writes the peers' body log
+        "TICKWORK_BENCH_ICU_LOCALE",  # the benchmarks' databases with an ICU default collation
     }
 )
 # Where those names must be read (this file does not count: it only lists them).
