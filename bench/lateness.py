@@ -73,8 +73,12 @@ class Window:
 Run = tuple[str, int, int | None, str, int, int, int | None]
 
 
-async def run_case(env: Env, cfg: LatenessConfig, store: str, variant: str) -> dict[str, Any]:
-    tag = f"{store}-{variant}" + ("-task" if cfg.kind == "task" else "")
+async def run_case(
+    env: Env, cfg: LatenessConfig, store: str, variant: str, *, label: str = ""
+) -> dict[str, Any]:
+    """One store and variant; `label` sets apart the files and database of cases that would
+    otherwise share them (the steps of a ramp)."""
+    tag = f"{store}-{variant}" + ("-task" if cfg.kind == "task" else "") + label
     quiet = await asyncio.to_thread(
         wait_for_quiet, env.attribution, max_wait_s=3.0 if env.quick else 30.0
     )

@@ -1,8 +1,10 @@
 """`python -m bench.peers`: tickwork and the schedulers a user would pick instead, in one run.
 
     uv run python -m bench.peers [--quick] [--only apscheduler,celery_eta,...]
-        [--scenario burst,precision,failover] [--peer-jobs 10000] [--tickwork-jobs 100000]
-        [--precision-jobs 1000] [--precision-seconds 60] [--pg-dsn DSN] [--redis-url URL]
+        [--scenario burst,precision,sustained,failover] [--peer-jobs 10000]
+        [--tickwork-jobs 100000] [--precision-jobs 1000] [--precision-seconds 60]
+        [--sustained-rates 100,200,500,...] [--sustained-seconds 60] [--pg-dsn DSN]
+        [--redis-url URL]
 
 Each peer runs in its own venv (installed on first use, cached), through its harness; tickwork
 runs through the existing benchmarks (bench/e2e.py, bench/raw_fire_loop.py, bench/lateness.py)
@@ -19,6 +21,7 @@ import secrets
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,15 @@ from typing import Any
 from bench import machine, meter
 from bench.cli import DEFAULT_PG_DSN
 from bench.env import Env
-from bench.peers import peer_case, plots, report, tickwork_cases, tickwork_failover, venvs
+from bench.peers import (
+    peer_case,
+    plots,
+    report,
+    sustained,
+    tickwork_cases,
+    tickwork_failover,
+    venvs,
+)
 from bench.peers.peer_case import Settings
 from bench.peers.registry import PEERS, SCENARIOS, Peer
 from bench.pgutil import Admin, attribution_of
@@ -49,6 +60,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--tickwork-jobs", type=int, help="tickwork's own burst N (full 100000)")
     ap.add_argument("--precision-jobs", type=int, help="every-second jobs (full 1000, quick 100)")
     ap.add_argument("--precision-seconds", type=int, help="seconds measured (full 60, quick 5)")
+    ap.add_argument(
+        "--sustained-rates", type=_rates, help="the ramp's every-second jobs, comma-separated "
+        f"(full {_joined(sustained.FULL_RATES)}, quick {_joined(sustained.QUICK_RATES)})"
+    )  # fmt: skip
+    ap.add_argument("--sustained-seconds", type=int, help="seconds measured per step (60/5)")
     ap.add_argument("--pg-dsn", default=DEFAULT_PG_DSN, help="admin DSN (default: %(default)s)")
     ap.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="without DB number")
     ap.add_argument("--no-plots", action="store_true")
@@ -61,7 +77,26 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.tickwork_jobs = args.tickwork_jobs or (100_000 if full else args.peer_jobs)
     args.precision_jobs = args.precision_jobs or (1000 if full else 100)
     args.precision_seconds = args.precision_seconds or (60 if full else 5)
+    args.sustained_rates = args.sustained_rates or (
+        sustained.FULL_RATES if full else sustained.QUICK_RATES
+    )
+    args.sustained_seconds = args.sustained_seconds or (60 if full else 5)
     return args
+
+
+def _joined(rates: tuple[int, ...]) -> str:
+    return ",".join(str(r) for r in rates)
+
+
+def _rates(text: str) -> tuple[int, ...]:
+    try:
+        rates = tuple(int(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        msg = f"rates are whole numbers, e.g. 100,200,500: {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    if not rates or any(r <= 0 for r in rates) or list(rates) != sorted(set(rates)):
+        raise argparse.ArgumentTypeError(f"rates must be positive and rising: {text!r}")
+    return rates
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -122,6 +157,9 @@ def _header(args: argparse.Namespace, run_id: str) -> dict[str, Any]:
             "precision_jobs": args.precision_jobs,
             "precision_seconds": args.precision_seconds,
             "precision_warmup_s": _warmup(args),
+            "sustained_rates": list(args.sustained_rates),
+            "sustained_seconds": args.sustained_seconds,
+            "sustained_pass_p99_ms": sustained.PASS_P99_MS,
             "case_budget_s": peer_case.CASE_BUDGET_S,
         },
     }
@@ -181,6 +219,8 @@ async def _cases(
                 settings = Settings(scenario="precision", jobs=jobs, seconds=args.precision_seconds,
                                     warmup_s=_warmup(args), redis_url=args.redis_url)  # fmt: skip
                 keep(await _peer(env, peer, installs, settings))
+    if "sustained" in args.scenario:
+        await _sustained(env, args, peers, installs, keep)
     if "failover" in args.scenario:
         plan = tickwork_failover.FailoverPlan(
             jobs=args.peer_jobs, kill_after=peer_case.kill_after(args.peer_jobs)
@@ -191,6 +231,34 @@ async def _cases(
             if "failover" in peer.scenarios:
                 keep(await _peer(env, peer, installs, settings))
     return cases
+
+
+async def _sustained(
+    env: Env,
+    args: argparse.Namespace,
+    peers: list[Peer],
+    installs: dict[str, dict[str, Any]],
+    keep: Callable[[dict[str, Any]], None],
+) -> None:
+    """tickwork's ramp in each variant a peer needs, then every peer's that has the precision
+    workload (a step is that workload at R jobs; the peer's own cap on it does not apply)."""
+    rates, seconds = args.sustained_rates, args.sustained_seconds
+    ramped = [p for p in peers if "precision" in p.scenarios]
+    for variant in sorted({p.precision_variant for p in ramped}) or ["spread"]:
+
+        async def mine(rate: int, variant: str = variant) -> dict[str, Any]:
+            return await tickwork_cases.sustained_step(env, rate, seconds, variant)
+
+        await sustained.ramp(rates, mine, keep)
+    for peer in ramped:
+
+        async def theirs(rate: int, peer: Peer = peer) -> dict[str, Any]:
+            settings = Settings(scenario="precision", jobs=rate, seconds=seconds,
+                                warmup_s=_warmup(args), redis_url=args.redis_url,
+                                label=f"-r{rate}")  # fmt: skip
+            return await _peer(env, peer, installs, settings)
+
+        await sustained.ramp(rates, theirs, keep)
 
 
 async def _tickwork_failover(env: Env, plan: tickwork_failover.FailoverPlan) -> dict[str, Any]:

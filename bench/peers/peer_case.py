@@ -33,6 +33,7 @@ class Settings:
     warmup_s: float = 0.0  # precision: seconds skipped after the schedules start
     pg_dsn: str = ""
     redis_url: str = ""
+    label: str = ""  # appended to the case's file names (a sustained ramp's steps: "-r500")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Context:
 
 async def run(env: Env, peer: Peer, python: Path, settings: Settings) -> dict[str, Any]:
     quiet = await asyncio.to_thread(wait_for_quiet, env.attribution, max_wait_s=10.0)
-    tag = f"{peer.name}-{settings.scenario}"
+    tag = f"{peer.name}-{settings.scenario}{settings.label}"
     body_log = env.tmp / f"{tag}.body"
     work = env.tmp / tag
     work.mkdir(exist_ok=True)

@@ -29,7 +29,9 @@ from typing import Any
 
 from bench.peers.registry_pg import PG_PEERS
 
-SCENARIOS = ("burst", "precision", "failover")
+# "sustained" is the precision workload at rising rates (sustained.py): a peer that has
+# "precision" has it too.
+SCENARIOS = ("burst", "precision", "sustained", "failover")
 # What a peer supports when its entry does not say: the scenarios every harness has.
 BASIC = ("burst", "precision")
 

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bench.peers import analysis, plots
+from bench.peers import analysis, plots, sustained
 from bench.results import RESULTS_DIR
 
 TICKWORK, BARE_SQL = "tickwork", "bare_sql"
@@ -52,6 +52,13 @@ def case_line(case: dict[str, Any]) -> str:
             f"next fire {case.get('next_fire_after_kill_s')} s after the kill, last "
             f"{case.get('last_fire_after_kill_s')} s; missing {case.get('missing')} dup "
             f"{case.get('duplicates')}, noise {_noise(case)}"
+        )
+    if case["scenario"] == "sustained":
+        return (
+            f"{name} {case.get('rate')}/s ({case.get('variant')}): p50 {_lat(case, 'p50')} "
+            f"p99 {_lat(case, 'p99')} max {_lat(case, 'max')} ms, missed {case.get('missed')} "
+            f"dup {case.get('duplicates')}: {'passed' if case.get('passed') else 'FAILED'}, "
+            f"noise {_noise(case)}"
         )
     if case["scenario"] == "burst":
         return (
@@ -140,6 +147,63 @@ def precision_rows(cases: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def sustained_rows(cases: list[dict[str, Any]]) -> list[str]:
+    """One row per ramp: its highest passing rate, the step that ended it, and tickwork's
+    highest rate in the same variant over this one's."""
+    rows = [
+        "| contender | variant | sustained fires/s (highest passing step) | ended at "
+        "| its p99 ms / missed | tickwork's rate ÷ this | noise cores (last step) |",
+        "|---|---|--:|--:|--:|--:|--:|",
+    ]
+    for peer, variant in sustained.contenders(cases):
+        best = sustained.highest(cases, peer, variant)
+        failed = sustained.first_failure(cases, peer, variant)
+        mine = sustained.highest(cases, TICKWORK, variant)
+        ended = f"{failed['rate']:,}/s" if failed else "the grid's top (all passed)"
+        cause = (
+            (
+                failed.get("error", "")[:60]
+                or f"{_num(_lat(failed, 'p99'))} / {_num(failed.get('missed'))}"
+            )
+            if failed
+            else "-"
+        )
+        last = failed or _last_step(cases, peer, variant)
+        versus = peer != TICKWORK
+        rows.append(
+            f"| {peer} | {variant} | {_num(best) if best else 'none'} | {ended} | {cause} "
+            f"| {_ratio(analysis.ratio(mine, best)) if versus else '1'} | {_noise(last)} |"
+        )  # fmt: skip
+    return rows
+
+
+def sustained_steps(cases: list[dict[str, Any]]) -> list[str]:
+    """Every step of every ramp."""
+    rows = [
+        "| contender | variant | rate /s | lateness p50 / p99 / max ms | missed | dup | passed "
+        "| noise cores |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for case in cases:
+        if case["scenario"] != "sustained":
+            continue
+        figures = (case["error"][:80] if "error" in case else
+                   f"{_num(_lat(case, 'p50'))} / {_num(_lat(case, 'p99'))} / "
+                   f"{_num(_lat(case, 'max'))}")  # fmt: skip
+        rows.append(
+            f"| {case['peer']} | {case.get('variant')} | {_num(case.get('rate'))} | {figures} "
+            f"| {_num(case.get('missed'))} | {_num(case.get('duplicates'))} "
+            f"| {'yes' if case.get('passed') else 'no'} | {_noise(case)} |"
+        )
+    return rows
+
+
+def _last_step(cases: list[dict[str, Any]], peer: str, variant: str | None) -> dict[str, Any]:
+    steps = [c for c in cases if c["scenario"] == "sustained" and c["peer"] == peer
+             and c.get("variant") == variant]  # fmt: skip
+    return steps[-1] if steps else {}
+
+
 def failover_rows(cases: list[dict[str, Any]]) -> list[str]:
     rows = [
         "| contender | N | bodies before the kill | kill to next fire s | kill to last fire s "
@@ -193,6 +257,15 @@ def markdown(data: dict[str, Any]) -> str:
         title = (f"## Precision: every-second jobs, {cfg['precision_seconds']} s measured "
                  f"after {cfg['precision_warmup_s']} s")  # fmt: skip
         lines += [title, "", *precision_rows(cases), ""]
+    if "sustained" in cfg["scenarios"]:
+        lines += [f"## Sustained: every-second jobs at rising rates, {cfg['sustained_seconds']} s "
+                  f"measured per step; a step passes with p99 < {cfg['sustained_pass_p99_ms']:,.0f}"
+                  " ms and nothing missed", "", *sustained_rows(cases), "",
+                  "Rates tried, in order, each ramp stopping at its first failure: "
+                  f"{', '.join(f'{r:,}' for r in cfg['sustained_rates'])}. The true limit lies "
+                  "between the highest passing step and the next. tickwork runs the no-op Python "
+                  "task (`tickwork up`, PostgreSQL) in each variant a peer needs.", "",
+                  *sustained_steps(cases), ""]  # fmt: skip
     if "failover" in cfg["scenarios"]:
         lines += ["## Failover: the burst, its scheduling processes killed (SIGKILL) after 30 % "
                   "of it ran, started again at once", "", *failover_rows(cases), "",

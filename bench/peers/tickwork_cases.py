@@ -5,7 +5,9 @@
   its figures come from `analysis.burst` like theirs; e2e's own figures (from tw_runs) are
   kept beside them.
 - ceiling: `raw_fire_loop.burst_case`, the fire loop in bare SQL with the same N.
-- precision: `lateness.run_case` on PostgreSQL (`tickwork up`, every-second jobs).
+- precision: `lateness.run_case` on PostgreSQL (`tickwork up`, every-second webhook jobs).
+- sustained: one step of the ramp (`sustained.py`) is the precision case at R jobs, with the
+  no-op Python task (`bench.noop_task`) as the peers' no-op body rather than a webhook.
 """
 
 from __future__ import annotations
@@ -65,14 +67,16 @@ async def ceiling(env: Env, jobs: int) -> dict[str, Any]:
     return {"peer": "bare_sql", "scenario": "burst", "drain_s": drain, **found}
 
 
-async def precision(env: Env, jobs: int, seconds: int, variant: str) -> dict[str, Any]:
-    cfg = dataclasses.replace(lateness.LatenessConfig(), jobs=jobs, window_s=seconds)
+async def precision(
+    env: Env, jobs: int, seconds: int, variant: str, *, kind: str = "webhook", label: str = ""
+) -> dict[str, Any]:
+    cfg = dataclasses.replace(lateness.LatenessConfig(), jobs=jobs, window_s=seconds, kind=kind)
     if env.quick:
         cfg = dataclasses.replace(cfg, warmup_s=2.0, settle_s=1.5)
     try:
-        found = await lateness.run_case(env, cfg, "postgresql", variant)
+        found = await lateness.run_case(env, cfg, "postgresql", variant, label=label)
     except Exception as exc:
-        return {"peer": "tickwork", "scenario": "precision", "variant": variant,
+        return {"peer": "tickwork", "scenario": "precision", "variant": variant, "jobs": jobs,
                 "error": f"{type(exc).__name__}: {exc}"}  # fmt: skip
     return {
         "peer": "tickwork",
@@ -89,3 +93,8 @@ async def precision(env: Env, jobs: int, seconds: int, variant: str) -> dict[str
         "foreign_before": found.get("foreign_before"),
         "lateness_case": found,
     }
+
+
+async def sustained_step(env: Env, rate: int, seconds: int, variant: str) -> dict[str, Any]:
+    """One step of tickwork's sustained ramp: `rate` every-second no-op tasks."""
+    return await precision(env, rate, seconds, variant, kind="task", label=f"-r{rate}")
