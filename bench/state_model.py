@@ -1,0 +1,247 @@
+"""What a narrow schedule-state table would save the claim, in bare SQL (issue 22's next step).
+
+    uv run python -m bench.state_model [--jobs 50000] [--rounds 3] [--parts] [--dsn DSN]
+
+The claim's update of tw_jobs cannot be HOT: it moves `next_run_us`, which the due indexes
+order by. So each fire writes a new version of the whole job row (its target, retry policy,
+secrets and schedule: hundreds of bytes) and an entry in every index of tw_jobs, the
+(tenant, name) one included, which no claim ever reads. The alternative modelled here keeps
+the columns a claim changes (state, next_run_us, fence, counts, last claimer) in a narrow table
+beside tw_jobs, with the due and fair indexes; tw_jobs keeps the rest and is written only when
+a job is created or edited.
+
+Both variants run the claim-shaped statement (lock a batch of 1,000 by id, advance each, insert
+a run and its queue row) over a fresh table of `jobs` jobs, for one-shots (each claimed once,
+then done) and for interval jobs (each stays scheduled: its next instant goes into the due and
+fair indexes again). Reported: the PostgreSQL backend's CPU per fire, read from /proc (the
+server must run on this machine; CPU moves much less with the machine's noise than wall time),
+and the WAL written per fire. The tables live in a scratch database created and dropped here.
+
+With `--parts`, the wide one-shot claim is also run cut short after each of its steps (the lock
+alone; then the update; the run insert without and with ON CONFLICT; the queue insert): what
+each step adds to the claim's server CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+from pathlib import Path
+
+import asyncpg
+
+from bench.cli import DEFAULT_PG_DSN
+
+BATCH = 1000
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+KINDS = ("one-shot", "interval")
+VARIANTS = ("wide", "narrow")
+
+# tw_jobs' columns as migrations 0001-0018 leave them, with values of a typical task job's size.
+JOB_COLUMNS = """
+    id text COLLATE "C" PRIMARY KEY, tenant text COLLATE "C" NOT NULL,
+    name text COLLATE "C" NOT NULL, schedule_kind text NOT NULL, cron_expr text,
+    timezone text, every_ms bigint, anchor_us bigint, at_us bigint, start_us bigint,
+    end_us bigint, misfire text NOT NULL, misfire_grace_ms bigint NOT NULL, target text NOT NULL,
+    created_us bigint NOT NULL, updated_us bigint NOT NULL, retry_policy text NOT NULL,
+    webhook_secrets text, on_failure text, overlap text NOT NULL, max_runs bigint,
+    dst_gap text NOT NULL, dst_repeat text NOT NULL, pause_note text, paused_us bigint,
+    catchup_window_ms bigint, jitter_ms bigint, window_ms bigint"""
+STATE_COLUMNS = """
+    partition int NOT NULL, priority smallint NOT NULL, state text NOT NULL,
+    next_run_us bigint, fence_token bigint NOT NULL DEFAULT 0, last_fired_us bigint,
+    claimed_by text, claimed_us bigint, fired_count bigint NOT NULL DEFAULT 0"""
+# ids as tickwork makes them: 32 hex characters, the first 12 a time
+ID = "lpad(to_hex(g), 12, '0') || substr(md5(g::text), 1, 20)"
+JOB_VALUES = f"""
+    {ID}, 'default', 'job-' || g, 'every',
+    NULL, 'UTC', 60000, 0, NULL, NULL, NULL, 'coalesce', 1000,
+    '{{"type": "task", "task": "bench.noop_task:noop", "args": {{"n": ' || g || '}}}}',
+    0, 0, '{{"max_attempts": 3, "backoff": "exponential", "base_ms": 1000, "max_ms": 60000}}',
+    NULL, NULL, 'allow', NULL, 'shift', 'first', NULL, NULL, NULL, 0, 0"""
+
+
+def schema(t: str, variant: str, jobs: int) -> list[str]:
+    """tw_jobs (wide: with the state columns and every index; narrow: without them, and a
+    state table with the due and fair indexes), tw_runs and tw_queue, `jobs` jobs due now."""
+    due = "(partition, next_run_us) WHERE state = 'scheduled'"
+    fair = "(tenant, priority, next_run_us) WHERE state = 'scheduled'"
+    state_values = "g % 64, 5, 'scheduled', 1000, 0, NULL, NULL, NULL, 0"
+    if variant == "wide":
+        tables = [
+            f"CREATE TABLE {t}_jobs ({JOB_COLUMNS}, {STATE_COLUMNS})",
+            f"CREATE INDEX ON {t}_jobs (tenant, name)",
+            f"CREATE INDEX ON {t}_jobs {due}",
+            f"CREATE INDEX ON {t}_jobs {fair}",
+            f"INSERT INTO {t}_jobs SELECT {JOB_VALUES}, {state_values} "
+            f"FROM generate_series(1, {jobs}) g",
+        ]
+    else:
+        tables = [
+            f"CREATE TABLE {t}_jobs ({JOB_COLUMNS})",
+            f"CREATE INDEX ON {t}_jobs (tenant, name)",
+            f"""CREATE TABLE {t}_state (id text COLLATE "C" PRIMARY KEY,
+                tenant text COLLATE "C" NOT NULL, {STATE_COLUMNS})""",
+            f"CREATE INDEX ON {t}_state {due}",
+            f"CREATE INDEX ON {t}_state {fair}",
+            f"INSERT INTO {t}_jobs SELECT {JOB_VALUES} FROM generate_series(1, {jobs}) g",
+            f"INSERT INTO {t}_state SELECT {ID}, 'default', {state_values} "
+            f"FROM generate_series(1, {jobs}) g",
+        ]
+    return [
+        *tables,
+        f"""CREATE TABLE {t}_runs (
+            id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+            job_id text COLLATE "C" NOT NULL, key text COLLATE "C" NOT NULL UNIQUE,
+            origin text NOT NULL, scheduled_us bigint NOT NULL, status text NOT NULL,
+            attempt int NOT NULL, fence_token bigint NOT NULL, coalesced int NOT NULL,
+            created_us bigint NOT NULL, finished_us bigint, dead_lettered_us bigint)
+            WITH (fillfactor = 50)""",
+        f"CREATE INDEX ON {t}_runs (job_id, id)",
+        f"CREATE INDEX ON {t}_runs (finished_us) WHERE finished_us IS NOT NULL",
+        f"CREATE TABLE {t}_queue (run_id bigint PRIMARY KEY, lease_until_us bigint NOT NULL)",
+        f"CREATE INDEX ON {t}_queue (lease_until_us)",
+        f"VACUUM ANALYZE {t}_jobs",
+        *([f"VACUUM ANALYZE {t}_state"] if variant == "narrow" else []),
+    ]
+
+
+def claim(t: str, variant: str, kind: str) -> str:
+    """The claim of a batch: $1 ids, $2 run keys, $3 the instant claimed."""
+    advance = (
+        "state = 'done', next_run_us = NULL"
+        if kind == "one-shot"
+        else "state = 'scheduled', next_run_us = s.next_run_us + 60000000"
+    )
+    table = f"{t}_jobs" if variant == "wide" else f"{t}_state"
+    return f"""
+WITH plan AS (SELECT * FROM unnest($1::text[], $2::text[]) AS p(id, key)),
+locked AS (
+    SELECT p.* FROM {table} s JOIN plan p ON s.id = p.id
+    WHERE s.id = ANY($1::text[]) AND s.state = 'scheduled' AND s.next_run_us = $3
+    FOR UPDATE OF s SKIP LOCKED
+),
+claimed AS (
+    UPDATE {table} s SET fence_token = s.fence_token + 1, {advance},
+        last_fired_us = $3, claimed_by = 'model', claimed_us = $3,
+        fired_count = s.fired_count + 1
+    FROM locked l WHERE s.id = l.id RETURNING s.id, s.fence_token, l.key
+),
+inserted AS (
+    INSERT INTO {t}_runs (job_id, key, origin, scheduled_us, status, attempt, fence_token,
+                          coalesced, created_us)
+    SELECT id, key, 'schedule', $3, 'pending', 0, fence_token, 1, $3 FROM claimed
+    ON CONFLICT (key) DO NOTHING RETURNING id
+),
+queued AS (INSERT INTO {t}_queue SELECT id, $3 FROM inserted RETURNING 1)
+SELECT count(*) FROM queued
+"""
+
+
+# The claim cut after each step: (name, the CTE its SELECT counts, drop ON CONFLICT).
+PARTS = (
+    ("lock", "locked", False),
+    ("+ update", "claimed", False),
+    ("+ run insert, plain", "inserted", True),
+    ("+ ON CONFLICT (key)", "inserted", False),
+    ("+ queue insert", "queued", False),
+)
+STEPS = ("locked", "claimed", "inserted", "queued")
+
+
+def claim_part(statement: str, last: str, plain: bool) -> str:
+    """`statement` (a claim) without the CTEs after `last`, counting the rows of `last`."""
+    after = STEPS[STEPS.index(last) + 1 :]
+    body = statement.split(f"{after[0]} AS (")[0] if after else statement.split("SELECT count")[0]
+    body = body.rstrip().rstrip(",")
+    if plain:
+        body = body.replace("ON CONFLICT (key) DO NOTHING ", "")
+    return f"{body}\nSELECT count(*) FROM {last}\n"
+
+
+def backend_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime + stime
+
+
+async def one_round(
+    conn: asyncpg.Connection,
+    pid: int,
+    variant: str,
+    kind: str,
+    jobs: int,
+    part: tuple[str, str, bool] | None = None,
+) -> tuple[float, float]:
+    """(server CPU µs, WAL bytes) per fire for claiming every job of fresh tables once (with
+    `part`, the claim cut short after that step)."""
+    t = f"sm_{secrets.token_hex(3)}"
+    for statement in schema(t, variant, jobs):
+        await conn.execute(statement)
+    try:
+        # claimed in an order unrelated to the index order, as a burst's plans arrive
+        ids = [r[0] for r in await conn.fetch(f"SELECT id FROM {t}_jobs ORDER BY md5(id)")]
+        statement = claim(t, variant, kind)
+        if part is not None:
+            statement = claim_part(statement, part[1], part[2])
+        wal_before = await conn.fetchval("SELECT pg_current_wal_insert_lsn()::text")
+        started, fired = backend_cpu_s(pid), 0
+        for i in range(0, len(ids), BATCH):
+            batch = ids[i : i + BATCH]
+            keys = [f"{x}:1000" for x in batch]
+            await conn.fetchval(statement, batch, keys, 1000)
+            fired += len(batch)
+        cpu = backend_cpu_s(pid) - started
+        wal = await conn.fetchval(
+            "SELECT pg_current_wal_insert_lsn() - $1::text::pg_lsn", wal_before
+        )
+        return cpu / fired * 1e6, float(wal) / fired
+    finally:
+        drop = f"{t}_jobs, {t}_runs, {t}_queue" + (f", {t}_state" if variant == "narrow" else "")
+        await conn.execute(f"DROP TABLE {drop}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    admin = await asyncpg.connect(args.dsn)
+    db = f"tw_state_model_{secrets.token_hex(3)}"
+    await admin.execute(f"CREATE DATABASE {db}")
+    found: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    parts: dict[str, list[float]] = {}
+    try:
+        conn = await asyncpg.connect(args.dsn.rsplit("/", 1)[0] + "/" + db)
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        try:
+            for r in range(args.rounds):
+                for kind in KINDS:
+                    # alternate the order, so that neither variant always runs first
+                    for variant in VARIANTS if r % 2 == 0 else reversed(VARIANTS):
+                        figures = await one_round(conn, pid, variant, kind, args.jobs)
+                        found.setdefault((kind, variant), []).append(figures)
+                if args.parts:
+                    for part in PARTS:
+                        cpu, _wal = await one_round(conn, pid, "wide", "one-shot", args.jobs, part)
+                        parts.setdefault(part[0], []).append(cpu)
+        finally:
+            await conn.close()
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        await admin.close()
+    print(f"the claim, per fire ({args.jobs:,} jobs claimed in batches of {BATCH}):")
+    for (kind, variant), rounds in found.items():
+        cpu = ", ".join(f"{c:.1f}" for c, _ in rounds)
+        wal = ", ".join(f"{w:,.0f}" for _, w in rounds)
+        print(f"  {kind:>8} {variant:>6}: server CPU µs {cpu}; WAL bytes {wal}")
+    if parts:
+        print("the wide one-shot claim cut after each step, server CPU µs per job:")
+        for name, values in parts.items():
+            print(f"  {name:>20}: {', '.join(f'{v:.1f}' for v in values)}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.state_model", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--parts", action="store_true", help="also what each step adds")
+    parser.add_argument("--dsn", default=DEFAULT_PG_DSN, help="an admin DSN of the server")
+    asyncio.run(main(parser.parse_args()))
