@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
-from pathlib import Path
 
 import asyncpg
 
 from bench.cli import DEFAULT_PG_DSN
+from bench.meter import process_cpu_s
 
 VARIANTS = {"default": "", "icu en-US": ' COLLATE "en-US-x-icu"', "C": ' COLLATE "C"'}
 BATCH = 1000
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def schema(table: str, collate: str, jobs: int) -> list[str]:
@@ -79,11 +77,6 @@ SELECT count(*) FROM inserted
 """
 
 
-def backend_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime + stime
-
-
 async def one_round(conn: asyncpg.Connection, pid: int, collate: str, jobs: int) -> float:
     """Server CPU µs per fire for claiming every job of a fresh table pair once."""
     table = f"cm_{secrets.token_hex(3)}"
@@ -93,11 +86,11 @@ async def one_round(conn: asyncpg.Connection, pid: int, collate: str, jobs: int)
         # claimed in an order unrelated to the index order, as a burst's plans arrive
         ids = [r[0] for r in await conn.fetch(f"SELECT id FROM {table}_jobs ORDER BY md5(id)")]
         claim = CLAIM.format(t=table)
-        started, fired = backend_cpu_s(pid), 0
+        started, fired = process_cpu_s(pid), 0
         for i in range(0, len(ids), BATCH):
             batch = ids[i : i + BATCH]
             fired += await conn.fetchval(claim, batch, [f"{x}:1733500000000" for x in batch])
-        return (backend_cpu_s(pid) - started) / fired * 1e6
+        return (process_cpu_s(pid) - started) / fired * 1e6
     finally:
         await conn.execute(f"DROP TABLE {table}_jobs, {table}_runs")
 

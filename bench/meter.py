@@ -56,6 +56,14 @@ def read_procs() -> Procs:
     return procs
 
 
+def process_cpu_s(pid: int) -> float:
+    """One process's CPU so far (utime + stime, /proc/<pid>/stat), in seconds: the bare-SQL
+    models read their PostgreSQL backend's with it."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def read_cpu_totals() -> tuple[int, int]:
     """(busy ticks, steal ticks) summed over all CPUs since boot."""
     with open("/proc/stat") as f:

@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
-from pathlib import Path
 
 import asyncpg
 
 from bench.cli import DEFAULT_PG_DSN
+from bench.meter import process_cpu_s
 
 BATCH = 1000
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 KINDS = ("one-shot", "interval")
 VARIANTS = ("wide", "narrow")
 
@@ -161,11 +159,6 @@ def claim_part(statement: str, last: str, plain: bool) -> str:
     return f"{body}\nSELECT count(*) FROM {last}\n"
 
 
-def backend_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime + stime
-
-
 async def one_round(
     conn: asyncpg.Connection,
     pid: int,
@@ -186,13 +179,13 @@ async def one_round(
         if part is not None:
             statement = claim_part(statement, part[1], part[2])
         wal_before = await conn.fetchval("SELECT pg_current_wal_insert_lsn()::text")
-        started, fired = backend_cpu_s(pid), 0
+        started, fired = process_cpu_s(pid), 0
         for i in range(0, len(ids), BATCH):
             batch = ids[i : i + BATCH]
             keys = [f"{x}:1000" for x in batch]
             await conn.fetchval(statement, batch, keys, 1000)
             fired += len(batch)
-        cpu = backend_cpu_s(pid) - started
+        cpu = process_cpu_s(pid) - started
         wal = await conn.fetchval(
             "SELECT pg_current_wal_insert_lsn() - $1::text::pg_lsn", wal_before
         )

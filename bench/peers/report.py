@@ -168,7 +168,7 @@ def sustained_rows(cases: list[dict[str, Any]]) -> list[str]:
             if failed
             else "-"
         )
-        last = failed or _last_step(cases, peer, variant)
+        last = failed or (sustained.steps(cases, peer, variant) or [{}])[-1]
         versus = peer != TICKWORK
         rows.append(
             f"| {peer} | {variant} | {_num(best) if best else 'none'} | {ended} | {cause} "
@@ -196,12 +196,6 @@ def sustained_steps(cases: list[dict[str, Any]]) -> list[str]:
             f"| {'yes' if case.get('passed') else 'no'} | {_noise(case)} |"
         )
     return rows
-
-
-def _last_step(cases: list[dict[str, Any]], peer: str, variant: str | None) -> dict[str, Any]:
-    steps = [c for c in cases if c["scenario"] == "sustained" and c["peer"] == peer
-             and c.get("variant") == variant]  # fmt: skip
-    return steps[-1] if steps else {}
 
 
 def failover_rows(cases: list[dict[str, Any]]) -> list[str]:

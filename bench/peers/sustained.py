@@ -43,13 +43,13 @@ async def ramp(rates: Sequence[int], step: Step, keep: Callable[[dict[str, Any]]
 
 def highest(cases: list[dict[str, Any]], peer: str, variant: str | None) -> int | None:
     """The highest passing rate of `peer`'s ramp in `variant` (None: no step passed)."""
-    rates = [c["rate"] for c in _steps(cases, peer, variant) if c.get("passed")]
+    rates = [c["rate"] for c in steps(cases, peer, variant) if c.get("passed")]
     return max(rates, default=None)
 
 
 def first_failure(cases: list[dict[str, Any]], peer: str, variant: str | None) -> dict[str, Any]:
     """The step that ended `peer`'s ramp in `variant`, or {} if every step passed."""
-    return next((c for c in _steps(cases, peer, variant) if not c.get("passed")), {})
+    return next((c for c in steps(cases, peer, variant) if not c.get("passed")), {})
 
 
 def contenders(cases: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
@@ -61,7 +61,8 @@ def contenders(cases: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     return list(seen)
 
 
-def _steps(cases: list[dict[str, Any]], peer: str, variant: str | None) -> list[dict[str, Any]]:
+def steps(cases: list[dict[str, Any]], peer: str, variant: str | None) -> list[dict[str, Any]]:
+    """The steps of `peer`'s ramp in `variant`, in the order they ran."""
     return [c for c in cases
             if c["scenario"] == "sustained" and c["peer"] == peer
             and c.get("variant") == variant]  # fmt: skip
