@@ -12,8 +12,10 @@ import httpx
 import pytest
 
 from tickwork.api.app import create_app
+from tickwork.api.ops_app import create_ops_app
 from tickwork.clock import SystemClock
 from tickwork.errors import StoreError, StoreUnavailable
+from tickwork.services.keys import KeyService
 from tickwork.settings import Settings
 from tickwork.store.postgres import PostgresStore
 from tickwork.testing import ThrowawayPostgres, mint_key
@@ -108,6 +110,15 @@ async def test_a_database_that_went_away_is_a_503_on_every_route_it_backs(
                 assert response.json()["error"]["code"] == "store_unavailable"
             health = await client.get("/healthz")
             assert health.status_code == 503
+        # A scheduler's or worker's ops server says the same (api/ops_app.py).
+        ops = create_ops_app(
+            store=store, keys=KeyService(store, SystemClock()), open_ops=False, max_body_bytes=1
+        )
+        transport = httpx.ASGITransport(app=ops, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://tickwork.test") as c:
+            health = await c.get("/healthz")
+        assert health.status_code == 503
+        assert health.json()["error"]["code"] == "store_unavailable"
     finally:
         await store.close()
 

@@ -12,11 +12,12 @@ from fastapi import Depends, FastAPI
 from tickwork import __doc__ as _package_doc
 from tickwork.api.access import router as access_routes
 from tickwork.api.audit import AuditTrail
-from tickwork.api.auth import OpsGuard, admin, caller
+from tickwork.api.auth import admin, caller
 from tickwork.api.backfills import router as backfill_routes
 from tickwork.api.cluster import router as cluster_routes
 from tickwork.api.errors import install_error_handlers
 from tickwork.api.middleware import EdgeMiddleware
+from tickwork.api.ops_guard import OpsGuard
 from tickwork.api.routes import ApiContext, clean_parameters, ops, v1
 from tickwork.clock import Clock
 from tickwork.services.backfills import BackfillService
@@ -42,10 +43,8 @@ digits), and no text, in a body or a parameter, may contain NUL (U+0000) or a lo
 Rules this schema cannot state are refused with codes of their own (docs/api.md, "Errors")."""
 
 
-def create_app(
-    *, store: ScheduleStore, clock: Clock, settings: Settings, ops_only: bool = False
-) -> FastAPI:
-    """The HTTP app; `ops_only` serves just /healthz and /metrics (scheduler, worker processes)."""
+def create_app(*, store: ScheduleStore, clock: Clock, settings: Settings) -> FastAPI:
+    """The API's HTTP app (a scheduler or worker process alone serves api/ops_app.py's)."""
     app = FastAPI(
         title="tickwork",
         version=tickwork_version(),
@@ -70,13 +69,12 @@ def create_app(
     limit = Limit(rate=settings.api_key_rate, burst=settings.api_key_burst)
     app.state.keys = keys = KeyService(store, clock, limit=limit)
     install_error_handlers(app)
-    if not ops_only:
-        app.include_router(v1)
-        app.include_router(access_routes, dependencies=[Depends(caller), Depends(clean_parameters)])
-        app.include_router(
-            backfill_routes, prefix="/v1", dependencies=[Depends(caller), Depends(clean_parameters)]
-        )
-        app.include_router(cluster_routes, prefix="/v1", dependencies=[Depends(admin)])
+    app.include_router(v1)
+    app.include_router(access_routes, dependencies=[Depends(caller), Depends(clean_parameters)])
+    app.include_router(
+        backfill_routes, prefix="/v1", dependencies=[Depends(caller), Depends(clean_parameters)]
+    )
+    app.include_router(cluster_routes, prefix="/v1", dependencies=[Depends(admin)])
     app.include_router(ops)
     app.add_middleware(AuditTrail, store=store, clock=clock)
     app.add_middleware(OpsGuard, keys=keys, open_ops=settings.open_ops)

@@ -15,40 +15,32 @@ A tenant key's requests also count against its tenant's `limits.max_api_rps`, in
 process (services/tenant_rates.py); admin keys belong to no tenant and have no such limit.
 
 /healthz stays open. /metrics, /docs and /openapi.json are open to clients on loopback, and
-need a key from elsewhere unless `TICKWORK_OPEN_OPS=true` (`ops_guard`).
+need a key from elsewhere unless `TICKWORK_OPEN_OPS=true` (api/ops_guard.py).
 """
 
 from __future__ import annotations
 
-import ipaddress
-from typing import Annotated, Final
+from typing import Annotated
 
 from fastapi import Depends, Request
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tickwork.api.audit import noted
-from tickwork.api.errors import error_response
 from tickwork.domain.jobs import Job
 from tickwork.domain.keys import Principal
-from tickwork.errors import Forbidden, NotFound, StoreError, Unauthenticated
+from tickwork.errors import Forbidden, NotFound
 from tickwork.services.keys import KeyService
 from tickwork.services.tenant_rates import TenantRates
 
 __all__ = [
-    "OPS_PATHS",
     "Admin",
     "Caller",
-    "OpsGuard",
     "Writer",
     "admin",
     "caller",
-    "is_loopback",
     "job_for",
     "tenant_scope",
     "visible_tenant",
 ]
-
-OPS_PATHS: Final = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
 
 
 def _keys(request: Request) -> KeyService:
@@ -109,48 +101,3 @@ def visible_tenant(principal: Principal, tenant: str) -> str:
         raise NotFound("tenant", tenant)
     noted(tenant=tenant)
     return tenant
-
-
-def is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a unix socket, a made-up test host: not loopback
-
-
-class OpsGuard:
-    """/metrics, /docs and /openapi.json: open on loopback; from elsewhere they need a key,
-    unless `open_ops` (an operator who wants Prometheus to scrape from another host without a
-    key says so)."""
-
-    def __init__(self, app: ASGIApp, *, keys: KeyService, open_ops: bool) -> None:
-        self.app = app
-        self.keys = keys
-        self.open_ops = open_ops
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.open_ops or scope["path"] not in OPS_PATHS:
-            await self.app(scope, receive, send)
-            return
-        client = scope.get("client")
-        if is_loopback(client[0] if client else None):
-            await self.app(scope, receive, send)
-            return
-        header = dict(scope.get("headers") or ()).get(b"authorization")
-        try:
-            await self.keys.authenticate(header.decode("latin-1") if header else None)
-        except Unauthenticated as exc:
-            answer = error_response(
-                401,
-                exc.code,
-                f"{exc} ({scope['path']} is open on loopback only)",
-                headers={"WWW-Authenticate": 'Bearer realm="tickwork"'},
-            )
-            await answer(scope, receive, send)
-            return
-        except StoreError as exc:
-            await error_response(503, "store_unavailable", str(exc))(scope, receive, send)
-            return
-        await self.app(scope, receive, send)

@@ -55,6 +55,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
+from tickwork.api.error_body import error_response
 from tickwork.api.schemas import CODED_ERRORS, AlertIn, JobCreate, RetryIn, ScheduleIn, TargetIn
 from tickwork.errors import (
     Conflict,
@@ -103,17 +104,6 @@ _HTTP_CODES = {
     413: "body_too_large",
     415: "unsupported_media_type",
 }
-
-
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    field: str | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> JSONResponse:
-    body = {"error": {"code": code, "message": message, "field": field}}
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -19,7 +19,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tickwork.api.errors import error_response
+from tickwork.api.error_body import error_response
 from tickwork.api.strict_json import check_json_body, is_json_media_type
 
 log = logging.getLogger("tickwork.api")

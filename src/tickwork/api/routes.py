@@ -16,7 +16,7 @@ import tickwork.metrics  # noqa: F401 - registers the process's collectors befor
 from tickwork.api.audit import noted
 from tickwork.api.auth import Caller, Writer, caller, job_for, tenant_scope, visible_tenant
 from tickwork.api.egress import check_destination
-from tickwork.api.errors import error_response
+from tickwork.api.error_body import error_response
 from tickwork.api.load_schemas import LoadOut
 from tickwork.api.occurrence_schemas import ExplainOut, OccurrenceList, OccurrenceOut
 from tickwork.api.schemas import (

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import errno
 import gc
+import importlib
 import logging
 import os
 import signal
@@ -19,6 +20,7 @@ from typing import Any
 
 import uvicorn
 import uvloop
+from starlette.types import ASGIApp
 
 from tickwork.clock import Clock, SystemClock
 from tickwork.domain.partitions import NodeIdentity
@@ -36,6 +38,7 @@ from tickwork.services.tenants import TenantService
 from tickwork.settings import Settings, data_dir, webhook_proxies
 from tickwork.store.base import ScheduleStore
 from tickwork.tasks import DEFAULT_REGISTRY, import_task_modules
+from tickwork.timing.rate_limit import Limit
 from tickwork.version import tickwork_version
 from tickwork.worker.alerts import AlertSender
 from tickwork.worker.base import Alerter, Runner
@@ -80,11 +83,11 @@ def run_up(settings: Settings, roles: frozenset[Role] = ALL_ROLES) -> None:
     # uvloop (installed with uvicorn[standard]) roughly halves the event loop's cost per fire.
     if Role.WORKER in roles:
         import_task_modules(settings.imports)  # before serving: a bad module stops us here
-    _tune_collector()
+    _tune_collector(roles)
     uvloop.run(serve(settings, roles))
 
 
-def _tune_collector() -> None:
+def _tune_collector(roles: frozenset[Role]) -> None:
     """Fewer, cheaper garbage collections for a long-running process (its own, not a test's).
 
     Every fire allocates a few dozen short-lived objects, so with the default threshold (700)
@@ -92,7 +95,7 @@ def _tune_collector() -> None:
     function loaded at start-up. Measured in a 20,000-fire task burst: ~0.45 s of CPU in each
     of the scheduler and the worker, ~0.05 s after this. What start-up loaded is frozen (never
     scanned again) and the youngest generation is collected every 50,000 allocations."""
-    import tickwork.api.app  # noqa: F401  (loaded by every role; load it before the freeze)
+    _import_http_app(roles)  # loaded by every role; load it before the freeze
 
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
@@ -141,7 +144,6 @@ async def _serve_with(
     sock: socket.socket,
     roles: frozenset[Role],
 ) -> None:
-    from tickwork.api.app import create_app
     from tickwork.api.http_server import server_options
 
     node_id = settings.node_id or default_node_id()
@@ -207,9 +209,7 @@ async def _serve_with(
         if Role.API in roles:
             await _prepare_keys(store, clock, settings, roles)
             await _sign_by_default(store, clock)
-        app = create_app(
-            store=store, clock=clock, settings=settings, ops_only=Role.API not in roles
-        )
+        app = _http_app(store, clock, settings, roles)
         server = _QuietServer(
             uvicorn.Config(
                 app,
@@ -230,6 +230,31 @@ async def _serve_with(
             await asyncio.gather(*running, return_exceptions=True)
         if failed:
             raise failed[0]  # e.g. a second scheduler on SQLite: the CLI says so, exit 2
+
+
+def _import_http_app(roles: frozenset[Role]) -> None:
+    """The module of the process's HTTP app: the API's, or, without the API role, the light
+    ops server (/healthz, /metrics), which a restarted scheduler or worker imports in a
+    fraction of the API's time (api/ops_app.py)."""
+    importlib.import_module("tickwork.api.app" if Role.API in roles else "tickwork.api.ops_app")
+
+
+def _http_app(
+    store: ScheduleStore, clock: Clock, settings: Settings, roles: frozenset[Role]
+) -> ASGIApp:
+    if Role.API in roles:
+        from tickwork.api.app import create_app
+
+        return create_app(store=store, clock=clock, settings=settings)
+    from tickwork.api.ops_app import create_ops_app
+
+    limit = Limit(rate=settings.api_key_rate, burst=settings.api_key_burst)
+    return create_ops_app(
+        store=store,
+        keys=KeyService(store, clock, limit=limit),
+        open_ops=settings.open_ops,
+        max_body_bytes=settings.max_body_bytes,
+    )
 
 
 def _stop_on_failure(
