@@ -47,6 +47,21 @@ def test_a_partition_nobody_holds_is_eligible_at_once() -> None:
     assert look(watch(), 0.0, leases, {3: head(3)}) == {1, 2}
 
 
+def test_a_gone_owner_is_eligible_at_once_and_only_it() -> None:
+    leases: dict[int, PartitionLease | None] = {
+        3: lease(3, "b"),
+        4: lease(4, "b"),
+        5: lease(5, "c"),
+    }
+    heads = {3: head(30), 5: head(50)}
+    w = watch()
+    found = w.eligible(at_s=0.0, now=T0, leases=leases, heads=heads, gone=frozenset({"b"}))
+    assert found == {3, 4}  # all of b's partitions; c, alive, is watched as before
+    assert w.stalled_owners() == frozenset()  # gone is the store's word, not a verdict
+    # Back in the store's view (a live process after all), b is judged by its heads again.
+    assert look(w, 0.1, leases, heads) == frozenset()
+
+
 def test_an_owner_whose_heads_stand_still_for_the_grace_is_stalled() -> None:
     w = watch()
     leases: dict[int, PartitionLease | None] = {3: lease(3, "b"), 4: lease(4, "b")}

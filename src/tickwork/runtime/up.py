@@ -105,13 +105,14 @@ async def serve(
     settings: Settings, roles: frozenset[Role] = ALL_ROLES, *, clock: Clock | None = None
 ) -> None:
     clock = clock or SystemClock()
-    store = store_for_url(settings.database_url, keyring=keyring_for(settings))
+    node_id = settings.node_id or default_node_id()
+    store = store_for_url(settings.database_url, keyring=keyring_for(settings), node_id=node_id)
     sock = bind_socket(settings.host, settings.port)  # fail fast, before touching the store
     try:
         await store.open()
         try:
             await check_keys_open(store)
-            await _serve_with(store, clock, settings, sock, roles)
+            await _serve_with(store, clock, settings, sock, roles, node_id)
         finally:
             await store.close()
     finally:
@@ -143,10 +144,10 @@ async def _serve_with(
     settings: Settings,
     sock: socket.socket,
     roles: frozenset[Role],
+    node_id: str,
 ) -> None:
     from tickwork.api.http_server import server_options
 
-    node_id = settings.node_id or default_node_id()
     identity = NodeIdentity(
         host=socket.gethostname(),
         pid=os.getpid(),

@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 
 from tickwork import metrics
 from tickwork.clock import Clock
+from tickwork.domain.partitions import DueHead, PartitionLease
 from tickwork.domain.runs import Envelope, Fire
 from tickwork.scheduler.fair_scan import FairScan
 from tickwork.scheduler.partitions import PartitionKeeper
@@ -129,6 +130,7 @@ class SchedulerService:
             grace_s=config.takeover_grace_ms / 1000,
             verdict_ttl_s=keeper.lease_ttl_s if keeper is not None else 0.0,
         )
+        self._gone_logged: frozenset[str] = frozenset()  # owners found gone, logged once
         self._recent: deque[tuple[float, int]] = deque()  # (monotonic s, fires) of each claim
         # How long the last ticks took (clock.monotonic_s), and how far ahead the last one
         # claimed: slow ticks claim further ahead (`claim_reach_ms`).
@@ -375,12 +377,13 @@ class SchedulerService:
         # takeover lands about the grace after the instant, inside the misfire grace.
         soon = now + timedelta(milliseconds=self._config.lookahead_ms)
         heads = await self._store.partition_heads(soon, leases)
+        cutoff = now - timedelta(milliseconds=self._config.takeover_grace_ms)
+        gone = await self._gone_owners(leases, heads, cutoff)
         stalled_before = self._stalls.stalled_owners()
         eligible = self._stalls.eligible(
-            at_s=self._clock.monotonic_s(), now=now, leases=leases, heads=heads
+            at_s=self._clock.monotonic_s(), now=now, leases=leases, heads=heads, gone=gone
         )
         self._log_stalls(stalled_before)
-        cutoff = now - timedelta(milliseconds=self._config.takeover_grace_ms)
         late = [p for p in sorted(eligible) if p in heads and heads[p].due_at <= cutoff]
         if not late:
             return TickResult(due=0)
@@ -404,6 +407,34 @@ class SchedulerService:
             )
         _record(due, plans, replace(result, conflicts=len(due) - result.claimed))
         return result
+
+    async def _gone_owners(
+        self,
+        leases: Mapping[int, PartitionLease | None],
+        heads: Mapping[int, DueHead],
+        cutoff: datetime,
+    ) -> frozenset[str]:
+        """The owners of partitions with overdue work whose process the store knows is gone
+        (ADR 0032): their work is taken over at once rather than after watching their
+        partitions stall for the grace. Asked only when such work exists (it costs a query)."""
+        owners = {
+            lease.owner
+            for partition, lease in leases.items()
+            if lease is not None and lease.owner is not None
+            and partition in heads and heads[partition].due_at <= cutoff
+        }  # fmt: skip
+        if not owners:
+            return frozenset()
+        gone = await self._store.gone_nodes(owners)
+        if gone - self._gone_logged:
+            log.warning(
+                "scheduler %s has no session open to the database; taking over its overdue "
+                "work at once",
+                ", ".join(sorted(gone - self._gone_logged)),
+                extra={"action": "owner_gone", "owners": sorted(gone)},
+            )
+        self._gone_logged = gone
+        return gone
 
     def _log_stalls(self, before: frozenset[str]) -> None:
         judged = self._stalls.stalled_owners() - before

@@ -7,6 +7,8 @@ scheduler taking its work then races it row by row (conflicts, and three schedul
 than one). So a partition qualifies only when
 
 * nobody holds it (released, or its lease ran out and it is not reassigned yet), or
+* its owner is gone: the store saw no session of its process (`gone`, ADR 0032), so there is
+  nobody to race and nothing to watch for; or
 * its owner is stalled: none of the heads of its partitions (each one's oldest unclaimed due
   job, `DueHead`) has moved for the grace. A live owner claims from the front of its due
   work, so it moves some head within one claim; a dead or paused one moves none. Heads that
@@ -55,14 +57,16 @@ class StallWatch:
         now: datetime,
         leases: Mapping[int, PartitionLease | None],
         heads: Mapping[int, DueHead],
+        gone: frozenset[str] = frozenset(),
     ) -> frozenset[int]:
         """The partitions of `leases` (those held elsewhere, as last read; None: no lease
         known) whose overdue work may be taken over now. `heads` are their current heads,
-        `at_s` the monotonic time and `now` the wall time of that read."""
+        `at_s` the monotonic time and `now` the wall time of that read; `gone` the owners the
+        store found no process of."""
         free: set[int] = set()
         by_owner: dict[str, list[PartitionLease]] = {}
         for partition, lease in leases.items():
-            if lease is None or lease.owner is None:
+            if lease is None or lease.owner is None or lease.owner in gone:
                 free.add(partition)
             else:
                 by_owner.setdefault(lease.owner, []).append(lease)

@@ -535,6 +535,13 @@ class ClaimStore(Protocol):
         watched over time, whether anyone is claiming there at all (a takeover's cue)."""
         ...
 
+    async def gone_nodes(self, node_ids: Collection[str]) -> frozenset[str]:
+        """Those of `node_ids` whose process is known to be gone: it announced (heartbeat_node)
+        the name of its database sessions, and none of that name is open now. A node that
+        announced none, or a store that cannot tell, is never named: the takeover then watches
+        its partitions stall instead (ADR 0032)."""
+        ...
+
 
 class LeaseStore(Protocol):
     async def lease_runs(

@@ -846,6 +846,9 @@ class MemoryStore:
         # Only pending runs have a lease entry (leasable_runs counts the same ones).
         return min((until for _, until in self._leases.values() if until <= now), default=None)
 
+    async def gone_nodes(self, node_ids: Collection[str]) -> frozenset[str]:
+        return frozenset()  # no sessions to announce: takeovers watch for a stall instead
+
     async def partition_heads(
         self, now: datetime, partitions: Collection[int] | None = None
     ) -> dict[int, DueHead]:

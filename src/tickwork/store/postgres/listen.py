@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -44,8 +44,10 @@ class NotifyListener:
         *,
         probe_s: float = 5.0,
         probe_timeout_s: float = 5.0,
+        server_settings: Mapping[str, str] | None = None,
     ) -> None:
         self._dsn = dsn
+        self._server_settings = dict(server_settings) if server_settings else None
         self._channel = channel
         self._on_payload = on_payload
         self._on_reconnect = on_reconnect
@@ -81,7 +83,9 @@ class NotifyListener:
         return None if self._conn is None else self._conn.get_server_pid()
 
     async def _listen(self) -> None:
-        conn = await asyncpg.connect(self._dsn, timeout=self._probe_timeout_s)
+        conn = await asyncpg.connect(
+            self._dsn, timeout=self._probe_timeout_s, server_settings=self._server_settings
+        )
         try:
             await conn.add_listener(self._channel, self._deliver)
         except BaseException:

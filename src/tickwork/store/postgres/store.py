@@ -23,6 +23,7 @@ import functools
 import hashlib
 import logging
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,7 +64,13 @@ from tickwork.store.base import (
     missing_or_stale,
 )
 from tickwork.store.postgres import history
-from tickwork.store.postgres.connect import SERVER_SETTINGS, asyncpg_dsn, keep_session
+from tickwork.store.postgres.connect import (
+    SERVER_SETTINGS,
+    asyncpg_dsn,
+    keep_session,
+    names_itself,
+    session_name,
+)
 from tickwork.store.postgres.errors import translated
 from tickwork.store.postgres.listen import NotifyListener
 from tickwork.store.postgres.statements import SQL
@@ -114,8 +121,15 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         migrate: bool = True,
         pool_size: int = 10,
         keyring: Keyring | None = None,
+        node_id: str | None = None,
     ) -> None:
         self.url = url
+        # A process's sessions carry its node id (application_name), announced in its
+        # heartbeat, so that another scheduler can tell when it is gone (gone_nodes, ADR 0032).
+        # A store made without one (tools, tests), or on a URL that names its sessions itself,
+        # announces nothing and is never judged gone that way.
+        self._session = session_name(node_id) if node_id and not names_itself(url) else None
+        named = {} if self._session is None else {"application_name": self._session}
         self._columns = SealedColumns(keyring)
         self._dsn = asyncpg_dsn(url)
         self._migrate = migrate
@@ -124,7 +138,11 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         self._scan_pool: asyncpg.Pool | None = None
         self._partitions = DEFAULT_PARTITIONS
         self._watchers = Watchers()
-        self.listener = NotifyListener(self._dsn, CHANNEL, self._on_notify, self._after_relisten)
+        self._settings = {**SERVER_SETTINGS, **named}
+        self._scan_settings = {**SCAN_SETTINGS, **named}
+        self.listener = NotifyListener(
+            self._dsn, CHANNEL, self._on_notify, self._after_relisten, server_settings=named
+        )
         self._sql = SQL
         self._run_caps = RunCaps(self._read_run_caps)
 
@@ -139,14 +157,14 @@ class PostgresStore(SqlReads, SqlBackfillReads):
                 self._dsn,
                 min_size=1,
                 max_size=self._pool_size,
-                server_settings=SERVER_SETTINGS,
+                server_settings=self._settings,
                 reset=keep_session,
             )
             self._scan_pool = await asyncpg.create_pool(
                 self._dsn,
                 min_size=1,
                 max_size=2,
-                server_settings=SCAN_SETTINGS,
+                server_settings=self._scan_settings,
                 reset=keep_session,
                 statement_cache_size=SCAN_CACHE_STATEMENTS,
                 max_cacheable_statement_size=SCAN_CACHEABLE_BYTES,
@@ -470,6 +488,10 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         values = {"now": to_us(now), "partitions": list(self._parts(partitions))}
         return rows.heads_from_rows(await self._query(self._sql.partition_heads, values))
 
+    async def gone_nodes(self, node_ids: Collection[str]) -> frozenset[str]:
+        found = await self._query(self._sql.gone_nodes, {"ids": list(node_ids)})
+        return frozenset(r["id"] for r in found)
+
     # -- partitions and nodes (ADR 0015) ----------------------------------------------------
     def partition_count(self) -> int:
         return self._partitions
@@ -511,6 +533,8 @@ class PostgresStore(SqlReads, SqlBackfillReads):
 
     async def heartbeat_node(self, node: NodeAnnouncement, *, ttl_ms: int) -> list[Node]:
         with translated("announcing this node"):
+            if self._session is not None:
+                node = replace(node, info={**node.info, "session": self._session})
             async with self.pool.acquire() as conn, conn.transaction():
                 params = rows.node_params(node, ttl_ms)
                 [upsert] = await _fetch(conn, self._sql.heartbeat_node, params)

@@ -75,6 +75,17 @@ WHERE partition = ANY(:parts::int[]) AND state = 'scheduled'
   AND next_run_us >= :lo AND next_run_us < :hi
 GROUP BY 1
 
+-- name: gone_nodes
+-- Which nodes of :ids are gone (store.gone_nodes, ADR 0032): each announced in its heartbeat
+-- the application_name of its sessions, and no session of that name is open to this database
+-- now. Every role can read those columns of pg_stat_activity. A node that announced no name
+-- is never listed.
+SELECT DISTINCT n.id FROM tw_nodes n
+WHERE n.id = ANY(:ids::text[]) AND (n.info::jsonb) ->> 'session' IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM pg_stat_activity a
+      WHERE a.datname = current_database() AND a.application_name = (n.info::jsonb) ->> 'session')
+
 -- name: next_due_of_partition
 -- One branch of next_due_in_partitions: partition {partition}'s earliest scheduled job.
 SELECT next_run_us FROM tw_jobs

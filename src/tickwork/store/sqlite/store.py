@@ -292,6 +292,9 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         params = {"now": to_us(now), "partitions": _id_list(partitions)}
         return rows.heads_from_rows(await self._query(SQL.partition_heads, params))
 
+    async def gone_nodes(self, node_ids: Collection[str]) -> frozenset[str]:
+        return frozenset()  # one scheduler at a time on a file: nobody to take over from
+
     # -- partitions and nodes (ADR 0015): the same protocol as PostgreSQL's --------------------
     def partition_count(self) -> int:
         return self._partitions
