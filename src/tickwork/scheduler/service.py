@@ -318,12 +318,13 @@ class SchedulerService:
         return min([*waits, self._config.max_idle_ms / 1000]) if waits else 0.0
 
     async def _claim(
-        self, plans: Sequence[ClaimPlan], now: datetime
+        self, plans: Sequence[ClaimPlan], now: datetime, *, takeover_grace_ms: int | None = None
     ) -> tuple[list[Fire], list[Envelope], int]:
         """Claim `plans` for the executor of this process, or hand them off; dispatch the fires.
-        Returns (fires, envelopes, plans refused for their epoch)."""
+        Returns (fires, envelopes, plans refused for their epoch). A plan under no epoch is
+        admitted when overdue by `takeover_grace_ms` (default: the configured grace)."""
         cfg = self._config
-        grace = cfg.takeover_grace_ms
+        grace = cfg.takeover_grace_ms if takeover_grace_ms is None else takeover_grace_ms
         started = time.perf_counter()
         if self._dispatch is not None:
             lease_until = now + timedelta(milliseconds=self._reach_ms + cfg.lease_ttl_ms)
@@ -362,10 +363,11 @@ class SchedulerService:
             metrics.THROTTLED_FIRES.inc(sum(c.job_id in held_back_ids for c in claimed))
 
     async def take_over(self, now: datetime | None = None) -> TickResult:
-        """Claim the overdue work (due before `now` - takeover grace) of the partitions this
-        scheduler does not hold and whose owner is gone or stalled (`StallWatch`): what a dead
-        or paused owner left. The store admits such a plan only while the job is that late,
-        through the same compare-and-set as any claim."""
+        """Claim the work of the partitions this scheduler does not hold whose owner is gone
+        or stalled (`StallWatch`): what a dead or paused owner left. A gone owner's work
+        (ADR 0032) is claimed as it comes due, since nobody is left to race for it; any other
+        only once it is overdue by the takeover grace. The store admits such a plan only while
+        the job is that late, through the same compare-and-set as any claim."""
         now = self._clock.now() if now is None else now
         if self._keeper is None:
             return TickResult(due=0)
@@ -377,25 +379,43 @@ class SchedulerService:
         # takeover lands about the grace after the instant, inside the misfire grace.
         soon = now + timedelta(milliseconds=self._config.lookahead_ms)
         heads = await self._store.partition_heads(soon, leases)
-        cutoff = now - timedelta(milliseconds=self._config.takeover_grace_ms)
-        gone = await self._gone_owners(leases, heads, cutoff)
+        gone = await self._gone_owners(leases, heads, now)
         stalled_before = self._stalls.stalled_owners()
         eligible = self._stalls.eligible(
             at_s=self._clock.monotonic_s(), now=now, leases=leases, heads=heads, gone=gone
         )
         self._log_stalls(stalled_before)
-        late = [p for p in sorted(eligible) if p in heads and heads[p].due_at <= cutoff]
-        if not late:
+        orphaned = {p for p, lease in leases.items() if lease is not None and lease.owner in gone}
+        grace_ms = self._config.takeover_grace_ms
+        cutoff = now - timedelta(milliseconds=grace_ms)
+        at_once = [p for p in sorted(eligible & orphaned) if p in heads and heads[p].due_at <= now]
+        late = [p for p in sorted(eligible - orphaned) if p in heads and heads[p].due_at <= cutoff]
+        first = await self._take(at_once, due_by=now, now=now, grace_ms=0)
+        then = await self._take(late, due_by=cutoff, now=now, grace_ms=grace_ms)
+        return TickResult(
+            due=first.due + then.due,
+            fires=first.fires + then.fires,
+            handed_off=first.handed_off + then.handed_off,
+            conflicts=first.conflicts + then.conflicts,
+            refused=first.refused + then.refused,
+        )
+
+    async def _take(
+        self, partitions: Sequence[int], *, due_by: datetime, now: datetime, grace_ms: int
+    ) -> TickResult:
+        """Claim the work of `partitions` due by `due_by`, under no epoch (take_over)."""
+        if not partitions:
             return TickResult(due=0)
+        assert self._keeper is not None
         limit = self._limit(self._keeper.held_now())  # the ceiling's tokens count here too
         if limit == 0:
             return TickResult(due=0)
-        due = await self._store.due_jobs(cutoff, limit, partitions=late)
+        due = await self._store.due_jobs(due_by, limit, partitions=partitions)
         if not due:
             return TickResult(due=0)
         plans = [plan_claim(job, now, epoch=NO_EPOCH) for job in due]
         plans = await self._windows.place(plans, due, now)
-        fires, handed_off, refused = await self._claim(plans, now)
+        fires, handed_off, refused = await self._claim(plans, now, takeover_grace_ms=grace_ms)
         result = TickResult(due=len(due), fires=fires, handed_off=handed_off, refused=refused)
         self._recent.append((self._clock.monotonic_s(), result.claimed))
         metrics.TAKEOVERS.inc(result.claimed)
@@ -405,7 +425,8 @@ class SchedulerService:
                 result.claimed,
                 extra={"action": "takeover"},
             )
-        _record(due, plans, replace(result, conflicts=len(due) - result.claimed))
+        result = replace(result, conflicts=len(due) - result.claimed)
+        _record(due, plans, result)
         return result
 
     async def _gone_owners(
@@ -414,9 +435,9 @@ class SchedulerService:
         heads: Mapping[int, DueHead],
         cutoff: datetime,
     ) -> frozenset[str]:
-        """The owners of partitions with overdue work whose process the store knows is gone
-        (ADR 0032): their work is taken over at once rather than after watching their
-        partitions stall for the grace. Asked only when such work exists (it costs a query)."""
+        """The owners of partitions with work due by `cutoff` whose process the store knows
+        is gone (ADR 0032): their work is taken over as it comes due rather than after watching
+        their partitions stall for the grace. Asked only when such work exists (a query)."""
         owners = {
             lease.owner
             for partition, lease in leases.items()
