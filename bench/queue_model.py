@@ -16,19 +16,18 @@ the writes, not of the store. For a decision, not a figure to compare across day
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 
 import asyncpg
 
 from bench.cli import DEFAULT_PG_DSN
+from bench.meter import process_cpu_s
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 VARIANTS = sys.argv[3].split(",") if len(sys.argv) > 3 else ["today", "queue@50"]
 B = 1000
-TICK = os.sysconf("SC_CLK_TCK")
 
 RUNS = """
 CREATE TABLE tw_runs (
@@ -133,12 +132,6 @@ SELECT id FROM applied
 """
 
 
-def cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / TICK
-
-
 async def one(variant: str) -> dict[str, float]:
     admin = await asyncpg.connect(DEFAULT_PG_DSN)
     await admin.execute("DROP DATABASE IF EXISTS tw_queue_model")
@@ -160,7 +153,7 @@ async def one(variant: str) -> dict[str, float]:
     )
     out: dict[str, float] = {}
     for phase in ("insert", "lease", "finish"):
-        t0, c0 = time.perf_counter(), cpu(pid)
+        t0, c0 = time.perf_counter(), process_cpu_s(pid)
         if phase == "insert":
             for i in range(0, N, B):
                 await c.execute(ins, list(range(i, i + B)))
@@ -175,7 +168,7 @@ async def one(variant: str) -> dict[str, float]:
             for i in range(0, len(leased), B):
                 chunk = leased[i : i + B]
                 await c.fetch(fin, [x[0] for x in chunk], [x[1] for x in chunk])
-        out[phase] = (cpu(pid) - c0) / N * 1e6
+        out[phase] = (process_cpu_s(pid) - c0) / N * 1e6
         out[phase + "_wall"] = (time.perf_counter() - t0) / N * 1e6
     await c.execute("SELECT pg_stat_force_next_flush()")
     await c.execute("SELECT pg_stat_clear_snapshot()")

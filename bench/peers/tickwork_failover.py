@@ -31,7 +31,7 @@ from bench.env import Env
 from bench.meter import CpuMeter, wait_for_quiet
 from bench.noop_task import BODY_LOG_ENV, NOOP_TASK
 from bench.peers import analysis
-from bench.peers.harnesses._record import count_lines
+from bench.peers.harnesses._record import count_keys, count_lines
 from tickwork.domain.jobs import TaskTarget
 
 RECOVERY_S = 60.0  # after the kill, the most the case waits for every job to have run
@@ -134,7 +134,7 @@ async def _wait_for_bodies(body_log: Path, bodies: int, deadline: float) -> None
 async def _wait_for_every_key(body_log: Path, jobs: int, deadline: float) -> bool:
     """Until every job has run once or the deadline passes; True if every one ran."""
     while time.time() < deadline:
-        if len({e.key for e in analysis.read_body_log(body_log)}) >= jobs:
+        if count_keys(str(body_log)) >= jobs:
             return True
         await asyncio.sleep(0.5)
     return False

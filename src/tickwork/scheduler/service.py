@@ -449,8 +449,8 @@ class SchedulerService:
         gone = await self._store.gone_nodes(owners)
         if gone - self._gone_logged:
             log.warning(
-                "scheduler %s has no session open to the database; taking over its overdue "
-                "work at once",
+                "scheduler %s has no session open to the database; taking over its work as it "
+                "comes due",
                 ", ".join(sorted(gone - self._gone_logged)),
                 extra={"action": "owner_gone", "owners": sorted(gone)},
             )
