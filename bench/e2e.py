@@ -414,7 +414,8 @@ async def _run_times(url: str) -> tuple[list[asyncpg.Record], int]:
     try:
         runs = await conn.fetch("SELECT scheduled_us, started_us, finished_us, status FROM tw_runs")
         reruns = await conn.fetchval(
-            "SELECT count(*) - count(DISTINCT run_id) FROM tw_attempts WHERE status <> 'lost'"
+            "SELECT count(*) - count(DISTINCT run_id) FROM tw_attempt_history"
+            " WHERE status <> 'lost'"
         )
     finally:
         await conn.close()

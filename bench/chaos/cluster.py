@@ -316,7 +316,7 @@ class Cluster:
         try:
             successes = await conn.fetch(
                 "SELECT r.key, count(*) AS n FROM tw_runs r"
-                " JOIN tw_attempts a ON a.run_id = r.id AND a.status = 'succeeded'"
+                " JOIN tw_attempt_history a ON a.run_id = r.id AND a.status = 'succeeded'"
                 " GROUP BY r.key"
             )
             statuses = await conn.fetch("SELECT status, count(*) AS n FROM tw_runs GROUP BY 1")
@@ -343,7 +343,7 @@ class Cluster:
             found = await conn.fetch(
                 "SELECT r.key, a.run_id, a.attempt, a.fence_token, a.worker, a.status,"
                 " a.started_us, a.finished_us, a.tableoid::regclass::text AS partition"
-                " FROM tw_attempts a JOIN tw_runs r ON r.id = a.run_id"
+                " FROM tw_attempt_history a JOIN tw_runs r ON r.id = a.run_id"
                 " WHERE r.key = ANY($1::text[]) ORDER BY r.key, a.id",
                 keys,
             )

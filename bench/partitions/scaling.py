@@ -154,7 +154,8 @@ async def _burst(env: Env, cfg: ScalingConfig, tree: Tree, n: int) -> dict[str, 
         ))  # fmt: skip
         reruns = int(
             await conn.fetchval(
-                "SELECT count(*) - count(DISTINCT run_id) FROM tw_attempts WHERE status <> 'lost'"
+                "SELECT count(*) - count(DISTINCT run_id) FROM tw_attempt_history"
+                " WHERE status <> 'lost'"
             )
         )
     finally:

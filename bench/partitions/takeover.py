@@ -10,8 +10,8 @@ with a no-op Python task, anchors spread over the second, default misfire policy
 1. kill9: `kill -9` s1; a replacement (s4) joins after the window;
 2. sigterm: SIGTERM s2 (it releases its leases and leaves, ADR 0015).
 
-Measured from tickwork's own tables (tw_runs, tw_attempts) once every run finished, per window
-(occurrences by their scheduled instant): per job the longest gap between the starts of
+Measured from tickwork's own tables (tw_runs, tw_attempt_history) once every run finished, per
+window (occurrences by their scheduled instant): per job the longest gap between the starts of
 consecutive fires, execution lateness (started - scheduled) and claim lateness (claimed -
 scheduled), missing occurrences (instants of the job's series with no run, folded ones included)
 and duplicates (executions beyond the first of a run). From the leases (polled every 50 ms):
@@ -256,7 +256,8 @@ async def _runs(conn: asyncpg.Connection) -> list[asyncpg.Record]:
     return list(
         await conn.fetch(
             "SELECT r.job_id, r.scheduled_us, r.created_us, r.started_us, r.status, r.coalesced,"
-            " (SELECT count(*) FROM tw_attempts a WHERE a.run_id = r.id AND a.status <> 'lost')"
+            " (SELECT count(*) FROM tw_attempt_history a"
+            " WHERE a.run_id = r.id AND a.status <> 'lost')"
             " AS attempts"
             " FROM tw_runs r WHERE r.origin = 'schedule'"
         )

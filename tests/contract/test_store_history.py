@@ -98,8 +98,9 @@ async def test_history_is_pruned_by_age_but_dead_letters_stay(store: ScheduleSto
     await store.finish_runs([outcome(ok), outcome(bad, status=RunStatus.FAILED)])
     assert await store.prune_history(finished_before=T0, limit=100) == 0  # nothing that old
     cutoff = T0 + 3600 * SEC
-    # ok's attempt and ok's run; the dead letter keeps its run and its attempt (the DLQ's why)
-    assert await store.prune_history(finished_before=cutoff, limit=100) == 2
+    # ok's run, which holds its success (ADR 0033); the dead letter keeps its run and its
+    # attempt (the DLQ's why)
+    assert await store.prune_history(finished_before=cutoff, limit=100) == 1
     with pytest.raises(NotFound):
         await store.get_run(ok.run_id)
     assert [r.id for r in await store.list_dead_letters()] == [bad.run_id]

@@ -217,7 +217,7 @@ async def attempts(dsn: str) -> list[tuple[str, str, int, str]]:
     conn = await asyncpg.connect(dsn)
     try:
         found = await conn.fetch(
-            "SELECT r.key, a.worker, a.attempt, a.status FROM tw_attempts a "
+            "SELECT r.key, a.worker, a.attempt, a.status FROM tw_attempt_history a "
             "JOIN tw_runs r ON r.id = a.run_id"
         )
     finally:

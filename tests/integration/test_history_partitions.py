@@ -19,6 +19,7 @@ from sqlalchemy.pool import NullPool
 
 from tickwork.domain.jobs import EveryTrigger, Job, JobState, Schedule, WebhookTarget
 from tickwork.domain.runs import RunOutcome, RunStatus
+from tickwork.errors import NotFound
 from tickwork.store.base import HistoryMaintenance
 from tickwork.store.migrate import alembic_config, upgrade
 from tickwork.store.postgres import PostgresStore
@@ -42,7 +43,10 @@ async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
 async def finished_run(
     store: PostgresStore, name: str, finished_at: datetime, status: RunStatus
 ) -> int:
-    """A manual run of a new job, leased and finished at `finished_at`; returns its id."""
+    """A manual run of a new job, leased and finished at `finished_at`; returns its id.
+
+    PENDING: the attempt failed and is retried a year later. Every status but SUCCEEDED writes
+    a row to tw_attempts; a success stays on its run (ADR 0033)."""
     job = Job(
         id=name,
         name=name,
@@ -67,6 +71,7 @@ async def finished_run(
         status=status,
         started_at=finished_at,
         finished_at=finished_at,
+        retry_at=finished_at + 365 * DAY if status is RunStatus.PENDING else None,
     )
     assert await store.finish_runs([outcome]) == 1
     return run.id
@@ -113,7 +118,7 @@ async def test_after_upgrade_attempts_are_partitioned_and_land_in_default(
     assert kind == "p"
     assert key == "PRIMARY KEY (id, finished_us)"
     assert await partitions(pg_dsn) == ["tw_attempts_default"]
-    run_id = await finished_run(store, "no-partition-yet", T0, RunStatus.SUCCEEDED)
+    run_id = await finished_run(store, "no-partition-yet", T0, RunStatus.PENDING)
     assert await where(pg_dsn, run_id) == ["tw_attempts_default"]
     assert [a.run_id for a in await store.list_attempts(run_id)] == [run_id]
 
@@ -121,9 +126,9 @@ async def test_after_upgrade_attempts_are_partitioned_and_land_in_default(
 async def test_maintenance_creates_the_coming_days_and_moves_default_rows_in(
     store: PostgresStore, pg_dsn: str
 ) -> None:
-    early = await finished_run(store, "early", T0, RunStatus.SUCCEEDED)
-    later = await finished_run(store, "later", T0 + 2 * DAY, RunStatus.SUCCEEDED)
-    stray = await finished_run(store, "stray", T0 - 3 * DAY, RunStatus.SUCCEEDED)
+    early = await finished_run(store, "early", T0, RunStatus.PENDING)
+    later = await finished_run(store, "later", T0 + 2 * DAY, RunStatus.PENDING)
+    stray = await finished_run(store, "stray", T0 - 3 * DAY, RunStatus.PENDING)
     done = await store.maintain_history(now=T0, retention=RETENTION)
     assert list(done.created) == COMING
     assert done.dropped == ()
@@ -132,7 +137,7 @@ async def test_maintenance_creates_the_coming_days_and_moves_default_rows_in(
     assert await where(pg_dsn, later) == ["tw_attempts_p20261204"]
     assert await where(pg_dsn, stray) == ["tw_attempts_default"]  # no partition for that day
     # New attempts route to their day; the history reads the same as before.
-    today = await finished_run(store, "today", T0 + timedelta(hours=20), RunStatus.SUCCEEDED)
+    today = await finished_run(store, "today", T0 + timedelta(hours=20), RunStatus.PENDING)
     assert await where(pg_dsn, today) == ["tw_attempts_p20261202"]
     assert [a.run_id for a in await store.list_attempts(early)] == [early]
     # Nothing left to do the same day; the next day brings one more partition.
@@ -147,9 +152,12 @@ async def test_an_expired_partition_is_dropped_but_dead_letters_keep_their_attem
 ) -> None:
     await store.maintain_history(now=T0, retention=RETENTION)
     ok = await finished_run(store, "ok", T0, RunStatus.SUCCEEDED)
+    retried = await finished_run(store, "retried", T0, RunStatus.PENDING)
     dead = await finished_run(store, "dead", T0, RunStatus.FAILED)
-    young = await finished_run(store, "young", T0 + DAY, RunStatus.SUCCEEDED)
+    young = await finished_run(store, "young", T0 + DAY, RunStatus.PENDING)
+    assert await where(pg_dsn, retried) == ["tw_attempts_p20261202"]
     assert await where(pg_dsn, dead) == ["tw_attempts_p20261202"]
+    assert await where(pg_dsn, ok) == []  # a success stays on its run (ADR 0033)
 
     # 30 days after Dec 2 ends: that whole day is past the retention, Dec 3 is not.
     now = datetime(2027, 1, 2, 0, 0, tzinfo=UTC)
@@ -157,14 +165,19 @@ async def test_an_expired_partition_is_dropped_but_dead_letters_keep_their_attem
     assert done.dropped == ("tw_attempts_p20261202",)
     assert done.kept_attempts == 1
     assert "tw_attempts_p20261202" not in await partitions(pg_dsn)
-    assert await store.list_attempts(ok) == []
+    assert await store.list_attempts(retried) == []
+    # ok's success lives as long as its run, which the batched delete below takes.
+    assert [a.status for a in await store.list_attempts(ok)] == [RunStatus.SUCCEEDED]
     assert await where(pg_dsn, dead) == ["tw_attempts_default"]
     [attempt] = await store.list_attempts(dead)
     assert (attempt.status, attempt.finished_at) == (RunStatus.FAILED, T0)
     assert await where(pg_dsn, young) == ["tw_attempts_p20261203"]
 
-    # The batched delete takes ok's run but not the dead letter's kept attempt.
+    # The batched delete takes ok's run but not the dead letter's kept attempt, nor the
+    # retried run, which is still pending.
     assert await store.prune_history(finished_before=now - RETENTION, limit=100) == 1
+    with pytest.raises(NotFound):
+        await store.list_attempts(ok)
     assert [r.id for r in await store.list_dead_letters()] == [dead]
     assert len(await store.list_attempts(dead)) == 1
     # Purged, the dead letter is ordinary history: DEFAULT's batched delete takes it all.
@@ -178,7 +191,7 @@ async def test_concurrent_maintenance_calls_do_not_fail(pg_dsn: str) -> None:
     for one in stores:
         await one.open()
     try:
-        await finished_run(stores[0], "waiting-in-default", T0, RunStatus.SUCCEEDED)
+        await finished_run(stores[0], "waiting-in-default", T0, RunStatus.PENDING)
         results = await asyncio.gather(
             *(one.maintain_history(now=T0, retention=RETENTION) for one in stores for _ in (1, 2))
         )

@@ -50,11 +50,13 @@ SCHEMA_INDEXES = {
     "tw_audit_tenant",
     "tw_audit_at",
 }
+# A run's attempts as a reader sees them: tw_attempts and the succeeded runs (0019).
+SCHEMA_VIEWS = {"tw_attempt_history"}
 # The pending runs: found on tw_runs on SQLite, through a queue table on PostgreSQL (0017).
 SQLITE_ONLY = {"tw_runs_pending", "tw_runs_finished"}
 PG_ONLY = {"tw_queue", "tw_queue_lease", "tw_queue_guarded", "tw_runs_created"}
-SQLITE_SCHEMA = SCHEMA_TABLES | SCHEMA_INDEXES | SQLITE_ONLY
-PG_SCHEMA = SCHEMA_TABLES | SCHEMA_INDEXES | PG_ONLY
+SQLITE_SCHEMA = SCHEMA_TABLES | SCHEMA_INDEXES | SCHEMA_VIEWS | SQLITE_ONLY
+PG_SCHEMA = SCHEMA_TABLES | SCHEMA_INDEXES | SCHEMA_VIEWS | PG_ONLY
 
 # Each child imports everything first, says "ready", and starts upgrading only on "go": the
 # parent releases all of them at once, so they really race for the fresh database.
@@ -81,7 +83,7 @@ asyncio.run(main())
 
 
 def sqlite_schema(url: str) -> dict[str, str]:
-    """name -> SQL of every table and explicit index in the SQLite file behind `url`."""
+    """name -> SQL of every table, view and explicit index in the SQLite file behind `url`."""
     path = sqlite_path(url)
     assert path is not None
     with sqlite3.connect(path) as conn:
@@ -99,16 +101,18 @@ def sqlite_versions(url: str) -> list[str]:
 
 
 async def pg_schema(dsn: str) -> dict[str, str]:
-    """name -> definition of every table and index in the public schema of `dsn`."""
+    """name -> definition of every table, view and index in the public schema of `dsn`."""
     conn = await asyncpg.connect(dsn)
     try:
         tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        views = await conn.fetch("SELECT viewname FROM pg_views WHERE schemaname = 'public'")
         indexes = await conn.fetch(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
         )
     finally:
         await conn.close()
     schema = {row["tablename"]: "table" for row in tables}
+    schema.update({row["viewname"]: "view" for row in views})
     schema.update({row["indexname"]: row["indexdef"] for row in indexes})
     return schema
 

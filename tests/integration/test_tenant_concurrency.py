@@ -148,7 +148,7 @@ async def workers_of(dsn: str, tenant: str) -> Counter[str]:
     conn = await asyncpg.connect(dsn)
     try:
         found = await conn.fetch(
-            "SELECT a.worker FROM tw_attempts a JOIN tw_jobs j ON j.id = a.job_id "
+            "SELECT a.worker FROM tw_attempt_history a JOIN tw_jobs j ON j.id = a.job_id "
             "WHERE j.tenant = $1",
             tenant,
         )

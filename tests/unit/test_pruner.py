@@ -56,8 +56,9 @@ async def test_old_history_goes_in_batches_and_dead_letters_stay() -> None:
     pruner = Pruner(store, clock, PrunerConfig(retention=timedelta(days=30), batch_size=3))
     assert (await pruner.run_once()).rows == 0  # nothing is older than 30 days yet
     clock.advance(timedelta(days=21))
-    # 7 runs and their 7 attempts, 3 at a time; the dead letters keep their runs and attempts
-    assert (await pruner.run_once()).rows == 7 + 7
+    # 7 runs, their successes with them (ADR 0033), 3 at a time; the dead letters keep their
+    # runs and attempts
+    assert (await pruner.run_once()).rows == 7
     assert [r.id for r in await store.list_dead_letters()] == sorted(dead, reverse=True)
     for run_id in dead:
         assert [a.run_id for a in await store.list_attempts(run_id)] == [run_id]
@@ -94,7 +95,7 @@ async def test_a_failed_maintenance_does_not_stop_the_batched_deletes() -> None:
     clock = ManualClock(T0 + timedelta(days=31))
     result = await Pruner(store, clock, PrunerConfig()).run_once()
     assert result.partitions.skipped
-    assert result.rows == 2 + 2
+    assert result.rows == 2  # two runs, each holding its success
 
 
 def audit_entry(at: datetime) -> AuditEntry:
@@ -141,7 +142,7 @@ async def test_audit_entries_past_the_same_retention_go_in_batches() -> None:
     await store.record_audit([audit_entry(T0 + timedelta(days=4))])  # at the cutoff: stays
     second = await pruner.run_once()
     assert second.audit == 4  # days 0..3
-    assert second.rows == 2 + 2  # the history goes in the same pass
+    assert second.rows == 2  # the history (two runs) goes in the same pass
     cutoff = T0 + timedelta(days=4)
     assert store.audit_calls == [(cutoff, 3), (cutoff, 3), (cutoff, 3)]  # 3, 1, then 0
     left = sorted(e.at for e in await store.list_audit())

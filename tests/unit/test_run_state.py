@@ -18,6 +18,7 @@ from tickwork.domain.runs import (
     RunStatus,
     lost_attempt,
     run_state,
+    success_attempt,
     unrecorded_lost_attempt,
 )
 
@@ -135,3 +136,40 @@ def test_a_run_leased_at_its_claim_lost_its_attempt_from_its_creation() -> None:
 def test_no_lost_attempt_without_a_lease_holder(run: Run) -> None:
     assert lost_attempt(run) is None
     assert unrecorded_lost_attempt(run, NOW) is None
+
+
+def test_a_succeeded_run_shows_its_last_attempt_from_its_own_row() -> None:
+    run = replace(
+        RUN,
+        status=RunStatus.SUCCEEDED,
+        attempt=2,
+        fence_token=9,
+        started_at=T0 + 2 * SEC,
+        finished_at=T0 + 3 * SEC,
+        http_status=204,
+    )
+    assert success_attempt(run, "host-b:7") == AttemptRecord(
+        id=0,
+        run_id=7,
+        job_id="j",
+        attempt=2,
+        fence_token=9,
+        worker="host-b:7",
+        started_at=T0 + 2 * SEC,
+        finished_at=T0 + 3 * SEC,
+        status=AttemptStatus.SUCCEEDED,
+        http_status=204,
+        error=None,
+    )
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        replace(RUN, attempt=1, started_at=T0, lease_owner="w", lease_until=NOW),  # running
+        replace(RUN, status=RunStatus.FAILED, attempt=1, finished_at=T0, dead_lettered_at=T0),
+        replace(RUN, status=RunStatus.CANCELLED, attempt=1, finished_at=T0),
+    ],
+)
+def test_only_a_succeeded_run_has_a_success_on_its_row(run: Run) -> None:
+    assert success_attempt(run, "w") is None

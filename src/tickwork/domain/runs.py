@@ -314,6 +314,28 @@ def ended_attempt(
     )
 
 
+def success_attempt(run: Run, worker: str | None) -> AttemptRecord | None:
+    """The last attempt of a succeeded `run`, from the run itself, which holds everything an
+    attempt record does but the worker (ADR 0033: the stores keep a success on its run, not
+    as an attempt of its own); an id of 0, as it is not a stored row. None unless `run`
+    succeeded."""
+    if run.status is not RunStatus.SUCCEEDED or run.finished_at is None:
+        return None
+    return AttemptRecord(
+        id=0,
+        run_id=run.id,
+        job_id=run.job_id,
+        attempt=run.attempt,
+        fence_token=run.fence_token,
+        worker=worker,
+        started_at=run.finished_at if run.started_at is None else run.started_at,
+        finished_at=run.finished_at,
+        status=AttemptStatus.SUCCEEDED,
+        http_status=run.http_status,
+        error=run.error,
+    )
+
+
 def unrecorded_lost_attempt(run: Run, now: datetime) -> AttemptRecord | None:
     """The lost attempt of a run whose lease has expired by `now` without an outcome, before
     any worker leased it again (which records it): shown with the history, not stored. None

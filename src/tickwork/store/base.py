@@ -687,9 +687,10 @@ class LeaseStore(Protocol):
         An outcome applies only if its run is still pending at the outcome's fence token; a
         zombie executor's late outcome is rejected. Of several outcomes for the same
         (run, fence) in one batch only the last is applied (`last_outcome_per_lease`). An
-        applied outcome also appends the attempt to the history. SUCCEEDED finishes the run;
-        FAILED finishes and dead-letters it; PENDING releases it until `retry_at` (the next
-        `lease_runs` after that instant runs it again, at a new fence).
+        applied outcome also appends the attempt to the history (the SQL stores keep a success
+        on its run's row alone, where `list_attempts` finds it: ADR 0033). SUCCEEDED finishes
+        the run; FAILED finishes and dead-letters it; PENDING releases it until `retry_at` (the
+        next `lease_runs` after that instant runs it again, at a new fence).
 
         A SUCCEEDED or FAILED outcome of a run that overlap buffer_one made another wait for
         releases that run (leasable from the outcome's finished_at) in the same transaction,

@@ -47,6 +47,7 @@ from tickwork.domain.runs import (
     lost_attempt,
     manual_key,
     occurrence_key,
+    success_attempt,
 )
 from tickwork.domain.tenant_limits import NO_LIMITS, TenantLimits, check_job_quota
 from tickwork.domain.tenants import Tenant
@@ -99,6 +100,9 @@ class MemoryStore:
         self._keys: set[str] = set()
         self._attempts: list[AttemptRecord] = []
         self._next_attempt_id = 1
+        # A success is kept on its run, as the SQL stores keep it (ADR 0033): only the worker
+        # that ran it is not a field of Run.
+        self._finished_by: dict[int, str | None] = {}
         self._next_run_id = 1
         self._ledger: list[LedgerRange] = []  # in id order
         self._next_ledger_id = 1
@@ -181,6 +185,7 @@ class MemoryStore:
             run = self._runs.pop(run_id)
             self._keys.discard(run.key)
             self._leases.pop(run_id, None)
+            self._finished_by.pop(run_id, None)
         self._attempts = [a for a in self._attempts if a.job_id != job_id]
         for backfill_id in [b.id for b in self._backfills.values() if b.job_id == job_id]:
             del self._backfills[backfill_id]
@@ -905,7 +910,10 @@ class MemoryStore:
                 self._release_held(self._releases.pop(run.id, None), outcome.finished_at)
             else:
                 self._leases[run.id] = (None, outcome.retry_at)
-            self._store_attempt(_attempt_record(outcome))
+            if outcome.status is RunStatus.SUCCEEDED:
+                self._finished_by[run.id] = outcome.worker
+            else:
+                self._store_attempt(_attempt_record(outcome))
             applied.append(run.id)
         return Applied(applied)
 
@@ -1112,8 +1120,10 @@ class MemoryStore:
         return found[:limit]
 
     async def list_attempts(self, run_id: int) -> list[AttemptRecord]:
-        await self.get_run(run_id)
-        return [a for a in self._attempts if a.run_id == run_id]
+        run = await self.get_run(run_id)
+        stored = [a for a in self._attempts if a.run_id == run_id]
+        success = success_attempt(run, self._finished_by.get(run_id))
+        return stored if success is None else [*stored, success]
 
     async def list_dead_letters(
         self,
@@ -1174,6 +1184,7 @@ class MemoryStore:
         ][: max(budget, 0)]
         for run in old_runs:
             del self._runs[run.id]
+            self._finished_by.pop(run.id, None)
             self._keys.discard(run.key)
         budget = max(budget - len(old_runs), 0)
         by_age = sorted(self._ledger, key=lambda e: e.recorded_at)

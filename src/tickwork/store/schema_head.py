@@ -22,7 +22,7 @@ import asyncpg
 
 # The newest file in migrations/versions: bump it with every new revision (a unit test holds
 # it to Alembic's head).
-HEAD_REVISION: Final = "0018"
+HEAD_REVISION: Final = "0019"
 VERSION_TABLE: Final = "tw_alembic_version"
 _READ = f"SELECT version_num FROM {VERSION_TABLE}"
 PG_CONNECT_TIMEOUT_S = 10.0

@@ -107,8 +107,9 @@ ORDER BY id DESC LIMIT :limit
 SELECT {run_columns} FROM tw_runs WHERE id = :id
 
 -- name: list_attempts
--- Every recorded attempt of one run, oldest first.
-SELECT {attempt_columns} FROM tw_attempts WHERE run_id = :run_id ORDER BY attempt, id
+-- Every recorded attempt of one run, oldest first: its rows in tw_attempts and, once it
+-- succeeded, its last attempt from its own row (ADR 0033).
+SELECT {attempt_columns} FROM tw_attempt_history WHERE run_id = :run_id ORDER BY attempt, id
 
 -- name: list_dead_letters
 -- A page of the dead-letter queue, newest run first, optionally of one job and of the jobs of

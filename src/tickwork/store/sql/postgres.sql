@@ -770,7 +770,10 @@ SELECT * FROM moved
 
 -- name: finish_runs
 -- Apply a batch of outcomes and append the applied ones to the attempt history, in one
--- statement: an outcome applies only if its run is still pending at its fence.
+-- statement: an outcome applies only if its run is still pending at its fence. A success is
+-- recorded on its run alone (the start, the finish, the result and `finished_by`): its row in
+-- tw_attempts would repeat the run's, at one row and three index entries per fire; the view
+-- tw_attempt_history shows it from the run (ADR 0033).
 WITH o AS (
     SELECT * FROM unnest(:ids::bigint[], :fences::bigint[], :statuses::text[],
                          :started_us::bigint[], :finished_us::bigint[], :http_statuses::int[],
@@ -785,7 +788,7 @@ applied AS (
     UPDATE tw_runs r SET status = o.status, started_us = o.started_us,
         finished_us = o.finished_us, http_status = o.http_status, error = o.error,
         last_error = o.error, dead_lettered_us = o.dead_us, lease_owner = NULL,
-        lease_until_us = o.retry_us
+        lease_until_us = o.retry_us, finished_by = o.worker
     FROM o
     WHERE r.id = ANY(ARRAY(SELECT id FROM locked)) AND r.id = o.id AND r.fence_token = o.fence
     RETURNING r.id, r.fence_token, r.status, r.finished_us, r.releases_key, r.lease_until_us
@@ -822,9 +825,9 @@ recorded AS (
     -- along on the current one's update (the chaos harness found two successes recorded that
     -- way).
     FROM o JOIN applied a ON a.id = o.id AND a.fence_token = o.fence
-    RETURNING run_id
+    WHERE o.status <> 'succeeded'
 )
-SELECT run_id, 0::bigint AS released FROM recorded
+SELECT id AS run_id, 0::bigint AS released FROM applied
 -- One more row, with only `released`, when runs held back were released (the store wakes
 -- the workers that lease from it).
 UNION ALL

@@ -328,16 +328,18 @@ WHERE id = :id AND fence_token = :fence AND status = 'pending'
 
 -- name: finish_run
 -- Apply one outcome if the run is still pending at the outcome's fence (a zombie's late
--- outcome changes nothing); the store records the attempt only when this changed a row, and
--- releases the run it names (releases_key: buffer_one) when the outcome ends the run.
+-- outcome changes nothing); the store records the attempt only when this changed a row and
+-- the outcome is not a success (a success stays on its run: ADR 0033), and releases the run it
+-- names (releases_key: buffer_one) when the outcome ends the run.
 UPDATE tw_runs SET status = :status, started_us = :started_us, finished_us = :finished_us,
     http_status = :http_status, error = :error, last_error = :error,
-    dead_lettered_us = :dead_us, lease_owner = NULL, lease_until_us = :retry_us
+    dead_lettered_us = :dead_us, lease_owner = NULL, lease_until_us = :retry_us,
+    finished_by = :worker
 WHERE id = :id AND fence_token = :fence AND status = 'pending'
 RETURNING releases_key
 
 -- name: insert_attempt
--- Append one applied outcome to the attempt history.
+-- Append one applied outcome other than a success to the attempt history.
 INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
                          status, http_status, error)
 VALUES (:run_id, :job_id, :attempt, :fence, :worker, :started_us, :finished_us, :status,

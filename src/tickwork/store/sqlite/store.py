@@ -799,7 +799,8 @@ def _finish(conn: sqlite3.Connection, params: list[dict[str, Any]]) -> tuple[lis
         done = conn.execute(SQL.finish_run.text, p).fetchone()
         if done is None:
             continue
-        conn.execute(SQL.insert_attempt.text, p)
+        if p["status"] != RunStatus.SUCCEEDED.value:  # a success stays on its run (ADR 0033)
+            conn.execute(SQL.insert_attempt.text, p)
         applied.append(p["run_id"])
         if done["releases_key"] is not None and p["retry_us"] is None:
             release = {"key": done["releases_key"], "finished_us": p["finished_us"]}
