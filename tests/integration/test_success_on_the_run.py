@@ -64,6 +64,14 @@ async def fetch(url: str, sql: str) -> list[tuple[Any, ...]]:
         await conn.close()
 
 
+async def claimed_fire(store: ScheduleStore) -> Any:
+    """The fire of one new job's first occurrence, claimed and leased (attempt 1)."""
+    job = make_job(1)
+    await store.create_job(job)
+    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    return fire
+
+
 # (run, worker, status) of every row tw_attempts holds, oldest first.
 STORED = "SELECT run_id, worker, status FROM tw_attempts ORDER BY id"
 
@@ -72,9 +80,7 @@ async def test_a_success_writes_no_attempt_row_and_is_listed_from_its_run(
     sql_store: tuple[ScheduleStore, str],
 ) -> None:
     store, url = sql_store
-    job = make_job(1)
-    await store.create_job(job)
-    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    fire = await claimed_fire(store)
     assert await store.finish_runs([outcome(fire)]) == 1
 
     assert await fetch(url, STORED) == []
@@ -96,9 +102,7 @@ async def test_a_retry_is_stored_and_the_success_after_it_is_not(
     sql_store: tuple[ScheduleStore, str],
 ) -> None:
     store, url = sql_store
-    job = make_job(1)
-    await store.create_job(job)
-    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    fire = await claimed_fire(store)
     retry = outcome(fire, status=RunStatus.PENDING, retry_at=T0 + 30 * SEC)
     assert await store.finish_runs([retry]) == 1
     [again] = await store.lease_runs(
@@ -115,9 +119,7 @@ async def test_a_dead_letter_keeps_its_failed_attempt_row(
     sql_store: tuple[ScheduleStore, str],
 ) -> None:
     store, url = sql_store
-    job = make_job(1)
-    await store.create_job(job)
-    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    fire = await claimed_fire(store)
     assert await store.finish_runs([outcome(fire, status=RunStatus.FAILED)]) == 1
     assert await fetch(url, STORED) == [(fire.run_id, "w1", "failed")]
     assert [a.status for a in await store.list_attempts(fire.run_id)] == [AttemptStatus.FAILED]
@@ -127,9 +129,7 @@ async def test_a_success_stored_before_0019_is_listed_once(
     sql_store: tuple[ScheduleStore, str],
 ) -> None:
     store, url = sql_store
-    job = make_job(1)
-    await store.create_job(job)
-    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    fire = await claimed_fire(store)
     assert await store.finish_runs([outcome(fire)]) == 1
     # What the outcome wrote before revision 0019: the same attempt as a row of its own.
     await execute(
@@ -148,9 +148,7 @@ async def test_a_downgrade_writes_the_successes_back_into_tw_attempts(
     sql_store: tuple[ScheduleStore, str],
 ) -> None:
     store, url = sql_store
-    job = make_job(1)
-    await store.create_job(job)
-    [fire] = await claim(store, [plan_for(job, new_next=T0 + SEC)])
+    fire = await claimed_fire(store)
     assert await store.finish_runs([outcome(fire)]) == 1
 
     await downgrade(url, "0018")
