@@ -310,8 +310,10 @@ def _claim(section: dict[str, Any]) -> list[str]:
         "for cron), and the claim statement that also inserts one pending run per fire. The "
         f"jobs' misfire grace is {num(cfg['misfire_grace_ms'] / 1000, 0)} s, so every due row "
         "takes the on-time path.",
-        "- **(b)** the bare ceiling: one `UPDATE ... FROM (SELECT ... ORDER BY next_run_us "
-        "LIMIT 1000 FOR UPDATE SKIP LOCKED)` per batch, next fire by SQL interval arithmetic.",
+        "- **(b)** the bare ceiling: one `UPDATE ... FROM (...) ORDER BY next_run_us LIMIT "
+        "1000` per batch, next fire by SQL interval arithmetic. Its due read merges one range "
+        "of the due index `(partition, next_run_us)` per partition (`UNION ALL`), the path "
+        "that index gives any claimer, as tickwork's due-scan does.",
         "- **(c)** (b) plus one `tw_runs` row per claimed job in the same statement (CTE), "
         "returning what tickwork's claim returns: the bare-SQL version of tickwork's claim.",
         "- rows/s = fires / (time from the first call to the end of the last non-empty batch).",
