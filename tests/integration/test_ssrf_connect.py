@@ -22,9 +22,9 @@ from tickwork.worker.executors.ssrf import (
     AddressPolicy,
     ForbiddenAddress,
     ForbiddenHost,
-    guarded_connector,
     refusal_of,
 )
+from tickwork.worker.executors.ssrf_aiohttp import guarded_connector
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 ALLOW_LOOPBACK = AddressPolicy(allow=["127.0.0.1/32"])

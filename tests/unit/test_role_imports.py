@@ -1,5 +1,5 @@
-"""A scheduler or worker process alone loads no FastAPI: after a crash, the time a restarted
-one spends importing is time its fires wait (api/ops_app.py)."""
+"""A scheduler or worker process alone loads no FastAPI and no aiohttp: after a crash, the time
+a restarted one spends importing is time its fires wait (api/ops_app.py, ssrf_aiohttp.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import sys
 from tickwork.cli import app
 from tickwork.runtime.up import Role, _import_http_app
 _import_http_app(frozenset(Role(r) for r in sys.argv[1].split(",")))
-print(",".join(sorted(m for m in ("fastapi", "tickwork.api.app", "tickwork.api.ops_app")
+import tickwork.store.postgres, tickwork.worker.executor, tickwork.worker.leaser
+print(",".join(sorted(m for m in ("aiohttp", "fastapi", "tickwork.api.app", "tickwork.api.ops_app")
                       if m in sys.modules)))
 """
 

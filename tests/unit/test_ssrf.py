@@ -17,12 +17,14 @@ from tickwork.worker.executors.ssrf import (
     ForbiddenAddress,
     ForbiddenHost,
     ForbiddenURL,
-    GuardedResolver,
     check_url_host,
     embedded_ipv4,
+    refusal_of,
+)
+from tickwork.worker.executors.ssrf_aiohttp import (
+    GuardedResolver,
     guarded_connector,
     guarded_socket_factory,
-    refusal_of,
 )
 
 DEFAULT = AddressPolicy()

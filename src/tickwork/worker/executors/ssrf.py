@@ -8,20 +8,13 @@ the cloud metadata service (169.254.169.254), the database on 10.0.0.5 or an adm
 The worker's own HTTP client (`http1.py`, ADR 0010) applies this module's pieces itself:
 `check_url_host` on the URL, one resolution per new connection keeping only the addresses
 `AddressPolicy.check` permits, and that check again on the exact address each socket connects
-to. The aiohttp pieces below (`GuardedResolver`, `guarded_connector`) are what the worker used
-before; they remain for code that embeds aiohttp, and guard it at three points:
+to. `check_url_host` refuses a bad scheme or a forbidden literal address before the request,
+with a clear message; the API uses it to reject such URLs when a job is created. Redirects are
+not followed, so no hop escapes.
 
-1. `GuardedResolver` resolves a hostname once and hands aiohttp only the permitted addresses.
-   aiohttp connects to exactly the addresses its resolver returned, so there is no window in
-   which a second DNS answer (rebinding) could swap in a private address.
-2. aiohttp does not call the resolver for IP-literal hosts (`TCPConnector._resolve_host`
-   short-circuits them), so `guarded_connector` also installs a socket factory that checks
-   every address just before a socket is created for it: the last word, whatever path the
-   address took (literal IP, DNS cache, happy-eyeballs fallback, a proxy).
-3. `check_url_host` refuses a bad scheme or a forbidden literal address before the request,
-   with a clear message; the API can use it to reject such URLs when a job is created.
-
-Redirects are not followed (the executor passes `allow_redirects=False`), so no hop escapes.
+The same guard for code that embeds aiohttp (a resolver and a connector) lives in
+`ssrf_aiohttp.py`, apart, so that a worker, which never uses aiohttp, does not import it: that
+import cost a restarted worker about 90 ms before its first fire.
 
 Exceptions (all are OSError, so aiohttp reports them as a ClientConnectorError whose
 `os_error` is ours; `refusal_of` digs it out):
@@ -37,13 +30,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import ThreadedResolver
 from yarl import URL
 
 from tickwork.domain.masking import mask_url
@@ -302,77 +292,3 @@ def _numeric_ipv4(host: str) -> bool:
     except OSError:
         return False
     return True
-
-
-# -- the resolver and the connector -------------------------------------------------------------
-
-
-class GuardedResolver(AbstractResolver):
-    """Resolves with `inner` once and returns only the addresses `policy` permits.
-
-    The default inner resolver is aiohttp's ThreadedResolver (the system's getaddrinfo, so
-    /etc/hosts applies), chosen explicitly so behaviour does not change if aiodns gets installed.
-    """
-
-    def __init__(self, policy: AddressPolicy, inner: AbstractResolver | None = None) -> None:
-        self._policy = policy
-        self._inner = inner
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        if self._inner is None:
-            # Created on first use: ThreadedResolver needs the running loop.
-            self._inner = ThreadedResolver()
-        results = await self._inner.resolve(host, port, family)
-        kept, refused = self._partition(results)
-        if not kept:
-            raise ForbiddenHost(host, refused)
-        return kept
-
-    def _partition(
-        self, results: Sequence[ResolveResult]
-    ) -> tuple[list[ResolveResult], list[ForbiddenAddress]]:
-        kept: list[ResolveResult] = []
-        refused: list[ForbiddenAddress] = []
-        for result in results:
-            try:
-                self._policy.check(ipaddress.ip_address(result["host"]))
-            except ForbiddenAddress as exc:
-                refused.append(exc)
-            else:
-                kept.append(result)
-        return kept, refused
-
-    async def close(self) -> None:
-        if self._inner is not None:
-            await self._inner.close()
-
-
-def guarded_socket_factory(policy: AddressPolicy) -> Callable[[AddrInfo], socket.socket]:
-    """A socket factory for aiohttp that refuses to create a socket for a forbidden address."""
-
-    def create(addr_info: AddrInfo) -> socket.socket:
-        family, kind, proto, _canonname, sockaddr = addr_info
-        policy.check(ipaddress.ip_address(sockaddr[0]))
-        return socket.socket(family, kind, proto)
-
-    return create
-
-
-def guarded_connector(
-    policy: AddressPolicy, *, resolver: AbstractResolver | None = None, **kw: Any
-) -> aiohttp.TCPConnector:
-    """A TCPConnector that reaches only addresses `policy` permits.
-
-    `resolver`, if given, becomes the inner resolver; other keywords go to TCPConnector.
-    The connector does not close a resolver it was handed: close `resolver` yourself if it
-    holds resources (the default one holds none).
-    """
-    if "socket_factory" in kw:
-        raise TypeError("guarded_connector: socket_factory is the guard's own; do not pass one")
-    return aiohttp.TCPConnector(
-        resolver=GuardedResolver(policy, resolver),
-        socket_factory=guarded_socket_factory(policy),
-        **kw,
-    )
