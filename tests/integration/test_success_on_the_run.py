@@ -115,6 +115,20 @@ async def test_a_retry_is_stored_and_the_success_after_it_is_not(
     assert listed == [(1, AttemptStatus.RETRIED), (2, AttemptStatus.SUCCEEDED)]
 
 
+async def test_a_success_sharing_its_attempt_number_with_a_retry_is_listed_after_it(
+    sql_store: tuple[ScheduleStore, str],
+) -> None:
+    # An outcome applied at the same fence as the retry before it (no lease between them)
+    # keeps the attempt number: the success, shown from the run (id 0), must still come last.
+    store, _ = sql_store
+    fire = await claimed_fire(store)
+    retry = outcome(fire, status=RunStatus.PENDING, retry_at=T0 + 30 * SEC)
+    assert await store.finish_runs([retry]) == 1
+    assert await store.finish_runs([outcome(fire)]) == 1
+    listed = [(a.attempt, a.status) for a in await store.list_attempts(fire.run_id)]
+    assert listed == [(1, AttemptStatus.RETRIED), (1, AttemptStatus.SUCCEEDED)]
+
+
 async def test_a_dead_letter_keeps_its_failed_attempt_row(
     sql_store: tuple[ScheduleStore, str],
 ) -> None:

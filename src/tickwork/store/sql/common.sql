@@ -108,8 +108,11 @@ SELECT {run_columns} FROM tw_runs WHERE id = :id
 
 -- name: list_attempts
 -- Every recorded attempt of one run, oldest first: its rows in tw_attempts and, once it
--- succeeded, its last attempt from its own row (ADR 0033).
-SELECT {attempt_columns} FROM tw_attempt_history WHERE run_id = :run_id ORDER BY attempt, id
+-- succeeded, its last attempt from its own row (ADR 0033). That row (id 0) comes after the
+-- stored rows of the same attempt number, as it did when it was stored last: a retry that
+-- does not lease again (a manual run's retry keeps attempt 1) shares the success's number.
+SELECT {attempt_columns} FROM tw_attempt_history WHERE run_id = :run_id
+ORDER BY attempt, id = 0, id
 
 -- name: list_dead_letters
 -- A page of the dead-letter queue, newest run first, optionally of one job and of the jobs of
