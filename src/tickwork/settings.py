@@ -116,6 +116,12 @@ class Settings(BaseSettings):
     worker_parked_limit: int = Field(
         1024, ge=0, description="fires held back by a cap that do not count against the backlog"
     )
+    worker_unrecorded_limit: int = Field(
+        256,
+        ge=1,
+        description="finished fires whose outcomes a worker holds unwritten at most; a crash"
+        " runs at most about this many bodies again",
+    )
     # Comma-separated in the environment: TICKWORK_WEBHOOK_ALLOW=127.0.0.1/32,10.1.0.0/16
     webhook_allow: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -10,6 +10,8 @@ import itertools
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
+import pytest
+
 from tickwork.clock import ManualClock
 from tickwork.domain.jobs import (
     EveryTrigger,
@@ -221,3 +223,38 @@ async def test_outcomes_are_written_while_another_tenants_fires_stay_parked() ->
     stop.set()
     await writing
     assert executor.backlog == 0
+
+
+async def test_at_the_unrecorded_limit_outcomes_are_written_at_once_even_during_a_hold() -> None:
+    # A's fires stay parked behind their origin's cap, which would hold the write back, and the
+    # flush interval is a minute: only the limit can make the write loop write B's outcomes
+    # before the test's 5 s timeout. A worker that died now would run those bodies again.
+    store = RecordingStore()
+    runner = Gate(held=lambda fire: "slow" in str(fire.target))
+    executor, leaser = worker(
+        store, runner, max_per_host=2, flush_interval_ms=60_000, unrecorded_limit=5
+    )
+    await add_runs(store, "a", WebhookTarget(url=SLOW), 20)
+    b_job = await add_runs(store, "b", WebhookTarget(url=FAST), 5)
+    stop = asyncio.Event()
+    writing = asyncio.create_task(executor.run(stop))
+    await lease_until_full(leaser)
+    await runner.until(lambda: len(store_fires(runner, b_job)) == 5)
+    b_runs = {fire.run_id for fire in store_fires(runner, b_job)}
+    async with asyncio.timeout(5):
+        while not b_runs <= store.written:
+            store.wrote.clear()
+            await store.wrote.wait()
+    assert store.written == b_runs  # A's held fires are still running or parked
+    runner.opened.set()
+    stop.set()
+    await writing
+
+
+def store_fires(runner: Gate, job_id: str) -> list[Fire]:
+    return [fire for fire in runner.started if fire.job_id == job_id]
+
+
+def test_the_unrecorded_limit_is_at_least_one() -> None:
+    with pytest.raises(ValueError, match="unrecorded_limit"):
+        ExecutorConfig(node_id="w1", unrecorded_limit=0)

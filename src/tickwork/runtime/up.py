@@ -338,6 +338,7 @@ def _executor(
         max_per_host=settings.worker_max_per_host,
         tenant_share=settings.worker_tenant_share,
         parked_limit=settings.worker_parked_limit,
+        unrecorded_limit=settings.worker_unrecorded_limit,
         lease_ttl_ms=settings.lease_ttl_ms,
         heartbeat_ms=settings.lease_heartbeat_ms,
     )

@@ -91,6 +91,11 @@ class ExecutorConfig:
     lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
     heartbeat_ms: int = DEFAULT_HEARTBEAT_MS  # how often held leases are renewed
     flush_interval_ms: int = 20  # outcomes are written in batches at most this stale
+    # Bodies finished whose outcomes are not yet written that the executor holds at most: at
+    # this many it writes them at once, without the flush interval or a herd's hold. If the
+    # worker dies, each such body runs again once its lease runs out (at least once), so
+    # this bounds what a crash repeats (ADR 0034).
+    unrecorded_limit: int = 256
     # Fires leased but not yet finished that this executor keeps at most. Beyond it, it leases
     # no more: a worker that cannot keep up leaves the rest in the store (or the queue) for
     # other workers, instead of holding every run of a burst under leases it must heartbeat
@@ -109,6 +114,8 @@ class ExecutorConfig:
             raise ValueError("concurrencies must be positive and max_per_host not negative")
         if self.parked_limit < 0:
             raise ValueError("parked_limit must not be negative")
+        if self.unrecorded_limit < 1:
+            raise ValueError("unrecorded_limit must be >= 1")
         self.limits()  # the tenant share is checked there
 
     def limits(self) -> dict[Pool, PoolLimits]:
@@ -166,6 +173,8 @@ class Executor:
         self._finished: list[tuple[Fire, Attempt, datetime, datetime]] = []
         self._started: list[float] = []
         self._outcome_ready = asyncio.Event()
+        # Set when unrecorded_limit outcomes wait: the write loop stops waiting and writes.
+        self._flush_now = asyncio.Event()
         # run_id -> (fence, lease end) of every fire we hold: the heartbeat renews the leases
         # that are at least a heartbeat old (worker/lease_timing.py).
         self._leased: dict[int, tuple[int, datetime]] = {}
@@ -423,6 +432,8 @@ class Executor:
                 del self._running[fire.run_id]
         self._finished.append((fire, attempt, started, self._clock.now()))
         self._outcome_ready.set()
+        if len(self._finished) + len(self._outcomes) >= self._config.unrecorded_limit:
+            self._flush_now.set()
 
     def _record_finished(self) -> None:
         """Turn the attempts finished since the last flush into outcomes, and observe the
@@ -487,6 +498,7 @@ class Executor:
 
     async def flush(self) -> int:
         """Write the outcomes gathered so far in one batch; returns how many were applied."""
+        self._flush_now.clear()
         self._record_finished()
         batch, self._outcomes = self._outcomes, []
         if not batch:
@@ -562,19 +574,21 @@ class Executor:
             wait_s = min(max(heartbeat_in_s, 0.0), MAX_IDLE_S)
             await first_of([self._outcome_ready, stop], wait_s)
             self._outcome_ready.clear()
+        # Every wait below ends early once unrecorded_limit outcomes wait (`_flush_now`).
+        wake = [stop, self._flush_now]
         if (self._outcomes or self._finished) and not stop.is_set():
-            await first_of([stop], self._config.flush_interval_ms / 1000)
+            await first_of(wake, self._config.flush_interval_ms / 1000)
             # While due fires still wait to start (a herd at one instant), they go first: a
             # flush is CPU on this loop (the outcomes built, the batch encoded), ~a third of
             # the executor's per-fire cost, and during a herd it delayed the herd's last
             # starts. Held at most FLUSH_HOLD_MAX_S, so a tenant's flood parked behind a cap
             # delays its outcomes' writes by that much, not more.
             held_until = time.monotonic() + FLUSH_HOLD_MAX_S
-            while self._admission.parked and not stop.is_set():
+            while self._admission.parked and not _any_set(wake):
                 left = held_until - time.monotonic()
                 if left <= 0:
                     break
-                await first_of([stop], min(left, self._config.flush_interval_ms / 1000))
+                await first_of(wake, min(left, self._config.flush_interval_ms / 1000))
 
     async def drain(self) -> None:
         """Wait for in-flight fires, write their outcomes, then let pending alerts finish
@@ -583,6 +597,10 @@ class Executor:
         await self.flush()
         if self._alert_tasks:
             await asyncio.gather(*list(self._alert_tasks), return_exceptions=True)
+
+
+def _any_set(events: Sequence[asyncio.Event]) -> bool:
+    return any(event.is_set() for event in events)
 
 
 def _lane(fire: Fire, tenant: str) -> Lane:
