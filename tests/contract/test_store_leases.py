@@ -853,3 +853,41 @@ async def test_without_due_by_the_fresh_runs_go_soonest_first(store: ScheduleSto
     )
     assert len(leased) == 3  # the herd first: the one due after it is left for later
     assert claimed[after.id] not in {f.run_id for f in leased}
+
+
+async def test_the_leases_of_a_gone_owner_end_at_once_and_nothing_else_moves(
+    store: ScheduleStore,
+) -> None:
+    # ADR 0035: w1 is gone. Its live leases end now, so w3 leases those runs at once, at a new
+    # fence, with w1's attempt recorded as lost; w2's lease, w1's finished run and a run w1
+    # retried (pending, no owner) are untouched.
+    live, other_owner, finished, retried = await hand_off(store, 4)
+    until = T0 + 30 * SEC
+    by_id = {
+        f.run_id: f
+        for f in await store.lease_fenced_runs(
+            [(f.run_id, f.fence_token) for f in (live, finished, retried)],
+            owner="w1",
+            lease_until=until,
+            now=T0,
+        )
+    }
+    await store.lease_fenced_runs(
+        [(other_owner.run_id, other_owner.fence_token)], owner="w2", lease_until=until, now=T0
+    )
+    assert await store.finish_runs([outcome(by_id[finished.run_id])]) == 1
+    retry = outcome(by_id[retried.run_id], status=RunStatus.PENDING, retry_at=T0 + 60 * SEC)
+    assert await store.finish_runs([retry]) == 1
+
+    now = T0 + 2 * SEC
+    assert await store.release_leases({"w1", "nobody"}, now=now) == 1
+    assert await store.release_leases(set(), now=now) == 0
+    taken = await store.lease_runs(now=now, owner="w3", lease_until=until, limit=10)
+    assert [(f.run_id, f.fence_token) for f in taken] == [
+        (live.run_id, by_id[live.run_id].fence_token + 1)
+    ]
+    # w1's outcome, late, is refused: the fence moved on.
+    assert await store.finish_runs([outcome(by_id[live.run_id])]) == 0
+    attempts = await store.list_attempts(live.run_id)
+    assert [(a.worker, a.status) for a in attempts] == [("w1", AttemptStatus.LOST)]
+    assert await store.release_leases({"w1"}, now=now) == 0  # w3 holds it now

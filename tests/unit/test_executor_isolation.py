@@ -258,3 +258,37 @@ def store_fires(runner: Gate, job_id: str) -> list[Fire]:
 def test_the_unrecorded_limit_is_at_least_one() -> None:
     with pytest.raises(ValueError, match="unrecorded_limit"):
         ExecutorConfig(node_id="w1", unrecorded_limit=0)
+
+
+class StartsAtWrite(RecordingStore):
+    """Notes, at each outcome write, how many fires the runner had started by then."""
+
+    def __init__(self, runner: Gate) -> None:
+        super().__init__()
+        self.runner = runner
+        self.started_at_writes: list[int] = []
+
+    async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
+        self.started_at_writes.append(len(self.runner.started))
+        return await super().finish_runs(outcomes)
+
+
+async def test_fires_that_never_suspend_stop_at_the_unrecorded_limit_until_it_is_written() -> None:
+    # A runner whose fires finish without suspending goes from fire to fire without returning
+    # to the loop: without the gate it ran all 20 before the write loop could take any, and a
+    # crash then would have repeated all 20.
+    runner = Gate(held=lambda fire: False)
+    store = StartsAtWrite(runner)
+    executor, leaser = worker(store, runner, flush_interval_ms=60_000, unrecorded_limit=5)
+    job = await add_runs(store, "a", TaskTarget(name="noop"), 20)
+    stop = asyncio.Event()
+    writing = asyncio.create_task(executor.run(stop))
+    await lease_until_full(leaser)
+    await runner.until(lambda: len(store_fires(runner, job)) == 20)
+    async with asyncio.timeout(5):
+        while len(store.written) < 20:
+            store.wrote.clear()
+            await store.wrote.wait()
+    assert store.started_at_writes[:4] == [5, 10, 15, 20]
+    stop.set()
+    await writing

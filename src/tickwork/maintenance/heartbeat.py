@@ -5,6 +5,12 @@ heartbeat is also their membership. A worker process runs this service instead: 
 `ttl_ms` it upserts its row in `tw_nodes` (live until `ttl_ms` after the database's clock) with
 what `describe()` says (its queue, the fires it holds, the queue depth it last sampled). At stop
 it removes its row (only this role's: in `tickwork up` the scheduler's stays until it leaves).
+
+Each beat also asks which other live nodes are gone (their database sessions are all closed,
+ADR 0032). A node judged gone at two beats in a row has its leases ended at once
+(`release_leases`, ADR 0035): a dead worker's runs are leased again within about two beats
+instead of when their leases run out. One beat is not enough: in a database restart every
+session drops, and a live process reconnects within a beat.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
+from tickwork.clock import Clock
 from tickwork.domain.partitions import Node, NodeIdentity
-from tickwork.store.base import ClaimStore, NodeAnnouncement
+from tickwork.store.base import ClaimStore, LeaseStore, NodeAnnouncement
 
 log = logging.getLogger("tickwork.heartbeat")
 
@@ -32,21 +40,66 @@ class HeartbeatConfig:
             raise ValueError("ttl_ms must be at least 300 ms (three beats per TTL)")
 
 
+class HeartbeatStore(ClaimStore, LeaseStore, Protocol):
+    """What the heartbeat uses: the node rows (ClaimStore) and the release of leases."""
+
+
+class GoneWatch:
+    """Which nodes to release the leases of: those judged gone at this beat and the one before.
+
+    Pure: `observe` is given each beat's verdict (store.gone_nodes) and says which nodes were
+    gone at both."""
+
+    def __init__(self) -> None:
+        self._before: frozenset[str] = frozenset()
+
+    def observe(self, gone: frozenset[str]) -> frozenset[str]:
+        confirmed = gone & self._before
+        self._before = gone
+        return confirmed
+
+
 class NodeHeartbeat:
     def __init__(
         self,
-        store: ClaimStore,
+        store: HeartbeatStore,
         identity: NodeIdentity,
         config: HeartbeatConfig,
         describe: Callable[[], dict[str, object]] = dict,
+        *,
+        clock: Clock,
     ) -> None:
         self._store = store
         self._identity = identity
         self._config = config
         self._describe = describe
+        self._clock = clock
+        self._gone = GoneWatch()
 
     async def run_once(self) -> list[Node]:
-        """Announce this node once; returns the live nodes."""
+        """Announce this node once, and end the leases of the nodes gone since the last beat
+        (`_release_gone`); returns the live nodes."""
+        nodes = await self._announce()
+        await self._release_gone(nodes)
+        return nodes
+
+    async def _release_gone(self, nodes: list[Node]) -> int:
+        """End the leases of the live `nodes` (other than this one) that the store judged gone
+        at this beat and the last; returns how many leases ended."""
+        others = {node.id for node in nodes} - {self._config.node_id}
+        gone = await self._store.gone_nodes(others) if others else frozenset()
+        confirmed = self._gone.observe(gone)
+        if not confirmed:
+            return 0
+        released = await self._store.release_leases(confirmed, now=self._clock.now())
+        if released:
+            log.warning(
+                "leases of gone nodes released",
+                extra={"action": "leases_released", "nodes": sorted(confirmed), "runs": released},
+            )
+        return released
+
+    async def _announce(self) -> list[Node]:
         me = self._identity
         node = NodeAnnouncement(
             id=self._config.node_id,

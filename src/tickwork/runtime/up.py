@@ -190,6 +190,7 @@ async def _serve_with(
                 identity,
                 HeartbeatConfig(node_id=node_id, ttl_ms=settings.partition_lease_ttl_ms),
                 _worker_figures(executor, gauge, settings.queue_url if queue else ""),
+                clock=clock,
             )
             services.append(beat.run(stop))
         if Role.SCHEDULER in roles:

@@ -619,6 +619,13 @@ class LeaseStore(Protocol):
         are left out; order is not kept."""
         ...
 
+    async def release_leases(self, owners: Collection[str], *, now: datetime) -> int:
+        """End at `now` the live leases of `owners`, processes known to be gone (gone_nodes):
+        their pending runs are leasable at once instead of when the leases run out, and the
+        next lease of each records its lost attempt and takes a new fence (ADR 0035). Returns
+        how many leases ended; wakes the watchers of "runs" if any did."""
+        ...
+
     async def take_back_own_leases(
         self,
         *,

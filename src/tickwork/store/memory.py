@@ -822,6 +822,17 @@ class MemoryStore:
         self._leases[run_id] = (owner, lease_until)
         return self._fire(run, self._jobs[run.job_id], lease_until)
 
+    async def release_leases(self, owners: Collection[str], *, now: datetime) -> int:
+        released = 0
+        for run_id, (owner, until) in list(self._leases.items()):
+            live = owner is not None and owner in owners and until > now
+            if live and self._runs[run_id].status is RunStatus.PENDING:
+                self._leases[run_id] = (owner, now)
+                released += 1
+        if released:
+            self._watchers.notify("runs")
+        return released
+
     async def take_back_own_leases(
         self,
         *,

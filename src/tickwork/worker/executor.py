@@ -174,7 +174,11 @@ class Executor:
         self._started: list[float] = []
         self._outcome_ready = asyncio.Event()
         # Set when unrecorded_limit outcomes wait: the write loop stops waiting and writes.
+        # Until it has taken them, no runner starts another fire (`_below_limit` is clear): a
+        # runner whose fires never suspend would otherwise run the whole backlog first.
         self._flush_now = asyncio.Event()
+        self._below_limit = asyncio.Event()
+        self._below_limit.set()
         # run_id -> (fence, lease end) of every fire we hold: the heartbeat renews the leases
         # that are at least a heartbeat old (worker/lease_timing.py).
         self._leased: dict[int, tuple[int, datetime]] = {}
@@ -378,6 +382,8 @@ class Executor:
         metrics.INFLIGHT.inc()
         try:
             while True:
+                while not self._below_limit.is_set():  # ADR 0034: the write loop goes first
+                    await self._below_limit.wait()  # (woken together: the first may close it)
                 try:
                     await self._execute(fire)
                 finally:
@@ -434,6 +440,7 @@ class Executor:
         self._outcome_ready.set()
         if len(self._finished) + len(self._outcomes) >= self._config.unrecorded_limit:
             self._flush_now.set()
+            self._below_limit.clear()
 
     def _record_finished(self) -> None:
         """Turn the attempts finished since the last flush into outcomes, and observe the
@@ -501,6 +508,7 @@ class Executor:
         self._flush_now.clear()
         self._record_finished()
         batch, self._outcomes = self._outcomes, []
+        self._below_limit.set()  # taken: a crash from here repeats at most this batch and more
         if not batch:
             return 0
         try:
@@ -593,7 +601,11 @@ class Executor:
     async def drain(self) -> None:
         """Wait for in-flight fires, write their outcomes, then let pending alerts finish
         (each gives up after its few quick attempts)."""
-        await self._idle.wait()
+        while not self._idle.is_set():
+            # Runners held at the unrecorded limit wait for a write: this loop now writes.
+            await first_of([self._idle, self._flush_now], MAX_IDLE_S)
+            if self._flush_now.is_set():
+                await self.flush()
         await self.flush()
         if self._alert_tasks:
             await asyncio.gather(*list(self._alert_tasks), return_exceptions=True)

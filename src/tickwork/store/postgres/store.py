@@ -645,6 +645,12 @@ class PostgresStore(SqlReads, SqlBackfillReads):
             found = await self._fetch(self._sql.lease_fenced_runs, values, "leasing by fence")
         return [rows.fire_from_row(r, lease_until, self._columns) for r in found]
 
+    async def release_leases(self, owners: Collection[str], *, now: datetime) -> int:
+        if not owners:
+            return 0
+        values = {"owners": sorted(owners), "now": to_us(now)}
+        return await self._execute_notify(self._sql.release_leases, values, "runs")
+
     async def take_back_own_leases(
         self,
         *,

@@ -752,6 +752,33 @@ requeued AS (
 )
 SELECT * FROM taken
 
+-- name: release_leases
+-- The live leases of :owners, processes judged gone (ADR 0035), end at :now: their runs are
+-- leasable at once, as if the leases had run out (the next lease records each one's lost
+-- attempt and takes a new fence, so a late outcome of the old holder is refused). `theirs`
+-- finds them as take_back_own_leases finds its own, through the live range of
+-- tw_queue_lease, each run by primary key; they are locked on tw_runs first (ADR 0030's lock
+-- order), skipping any another statement holds: a run skipped here waits out its lease.
+WITH theirs AS (
+    SELECT q.run_id FROM tw_queue q
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM tw_runs
+        WHERE id = q.run_id AND lease_owner = ANY(:owners::text[]) LIMIT 1) r
+    WHERE q.lease_until_us > :now
+),
+released AS (
+    UPDATE tw_runs SET lease_until_us = :now
+    WHERE id = ANY(ARRAY(
+            SELECT id FROM tw_runs
+            WHERE id = ANY(ARRAY(SELECT run_id FROM theirs))
+              AND status = 'pending' AND lease_owner = ANY(:owners::text[])
+              AND lease_until_us > :now
+            ORDER BY id FOR UPDATE SKIP LOCKED))
+    RETURNING id
+)
+UPDATE tw_queue SET lease_until_us = :now, in_flight = false
+WHERE run_id = ANY(ARRAY(SELECT id FROM released))
+
 -- name: extend_leases
 -- Heartbeat: move the lease of each pending (:ids, :fences) pair whose fence is still ours;
 -- returns the pairs moved (the executor stops the fires of the others: a cancelled run).

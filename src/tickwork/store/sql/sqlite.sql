@@ -321,6 +321,12 @@ WHERE id IN (SELECT id FROM tw_runs
              ORDER BY lease_until_us, id LIMIT :limit)
 RETURNING {fire_returning}
 
+-- name: release_leases
+-- The live leases of :owners (a JSON list), processes judged gone (ADR 0035), end at :now.
+UPDATE tw_runs SET lease_until_us = :now
+WHERE status = 'pending' AND lease_owner IN (SELECT value FROM json_each(:owners))
+  AND lease_until_us > :now
+
 -- name: extend_lease
 -- Heartbeat: move one pending run's lease if its fence is still ours.
 UPDATE tw_runs SET lease_until_us = :lease_until

@@ -521,6 +521,17 @@ class SqliteStore(SqlReads, SqlBackfillReads):
 
         return [rows.fire_from_row(r, lease_until, self._columns) for r in await self._write(each)]
 
+    async def release_leases(self, owners: Collection[str], *, now: datetime) -> int:
+        if not owners:
+            return 0
+        params = {"owners": json.dumps(sorted(owners)), "now": to_us(now)}
+        released = await self._write(
+            lambda conn: conn.execute(SQL.release_leases.text, params).rowcount
+        )
+        if released:
+            self._watchers.notify("runs")
+        return int(released)
+
     async def take_back_own_leases(
         self,
         *,
