@@ -17,6 +17,7 @@ from tickwork.domain.jobs import Job
 from tickwork.domain.retry import RetryPolicy
 from tickwork.domain.runs import (
     LOST_ERROR,
+    RELEASED_ERROR,
     AttemptStatus,
     Fire,
     RunState,
@@ -889,5 +890,13 @@ async def test_the_leases_of_a_gone_owner_end_at_once_and_nothing_else_moves(
     # w1's outcome, late, is refused: the fence moved on.
     assert await store.finish_runs([outcome(by_id[live.run_id])]) == 0
     attempts = await store.list_attempts(live.run_id)
-    assert [(a.worker, a.status) for a in attempts] == [("w1", AttemptStatus.LOST)]
+    # The history says why w1's attempt was lost, and when: at the release.
+    assert [(a.worker, a.status, a.error, a.finished_at) for a in attempts] == [
+        ("w1", AttemptStatus.LOST, RELEASED_ERROR, now)
+    ]
     assert await store.release_leases({"w1"}, now=now) == 0  # w3 holds it now
+    # w3's lease then runs out unreleased: its lost attempt is an expiry, not a release.
+    again = await store.lease_runs(now=until, owner="w4", lease_until=until + SEC, limit=10)
+    assert live.run_id in {f.run_id for f in again}  # (w2's lease ran out at `until` too)
+    attempts = await store.list_attempts(live.run_id)
+    assert [(a.worker, a.error) for a in attempts] == [("w1", RELEASED_ERROR), ("w3", LOST_ERROR)]

@@ -27,7 +27,7 @@ from tickwork.store.base import Applied
 from tickwork.store.memory import MemoryStore
 from tickwork.worker.admission import Pool, PoolLimits
 from tickwork.worker.base import Attempt
-from tickwork.worker.executor import Executor, ExecutorConfig
+from tickwork.worker.executor import UNRECORDED_HARD_FACTOR, Executor, ExecutorConfig
 from tickwork.worker.leaser import LeaserConfig, StoreLeaser
 
 from .test_executor_backlog import T0
@@ -260,35 +260,54 @@ def test_the_unrecorded_limit_is_at_least_one() -> None:
         ExecutorConfig(node_id="w1", unrecorded_limit=0)
 
 
-class StartsAtWrite(RecordingStore):
-    """Notes, at each outcome write, how many fires the runner had started by then."""
+class HeldWrites(RecordingStore):
+    """Holds each outcome write until `release` is set, noting how many fires the runner had
+    started and how many outcomes were written when the write began."""
 
     def __init__(self, runner: Gate) -> None:
         super().__init__()
         self.runner = runner
-        self.started_at_writes: list[int] = []
+        self.release = asyncio.Event()
+        self.began = asyncio.Event()
+        self.at_writes: list[tuple[int, int]] = []  # (fires started, outcomes written before)
 
     async def finish_runs(self, outcomes: Sequence[RunOutcome]) -> Applied:
-        self.started_at_writes.append(len(self.runner.started))
+        self.at_writes.append((len(self.runner.started), len(self.written)))
+        self.began.set()
+        await self.release.wait()
         return await super().finish_runs(outcomes)
 
 
-async def test_fires_that_never_suspend_stop_at_the_unrecorded_limit_until_it_is_written() -> None:
+async def test_fires_that_never_suspend_stop_at_the_hard_bound_of_unwritten_outcomes() -> None:
     # A runner whose fires finish without suspending goes from fire to fire without returning
-    # to the loop: without the gate it ran all 20 before the write loop could take any, and a
-    # crash then would have repeated all 20.
+    # to the loop: without ADR 0034's turn and bound it ran all 60 before the write loop could
+    # take any, and a crash then would have repeated all 60.
     runner = Gate(held=lambda fire: False)
-    store = StartsAtWrite(runner)
-    executor, leaser = worker(store, runner, flush_interval_ms=60_000, unrecorded_limit=5)
-    job = await add_runs(store, "a", TaskTarget(name="noop"), 20)
+    store = HeldWrites(runner)
+    # One runner: the turns it gives the write loop are then the only ones the loop gets.
+    executor, leaser = worker(
+        store, runner, flush_interval_ms=60_000, unrecorded_limit=5, concurrency=1
+    )
+    hard = UNRECORDED_HARD_FACTOR * 5
+    job = await add_runs(store, "a", TaskTarget(name="noop"), 60)
     stop = asyncio.Event()
     writing = asyncio.create_task(executor.run(stop))
     await lease_until_full(leaser)
-    await runner.until(lambda: len(store_fires(runner, job)) == 20)
     async with asyncio.timeout(5):
-        while len(store.written) < 20:
+        await store.began.wait()  # the write loop took a batch before the backlog ran
+    await runner.until(lambda: len(runner.started) >= hard)
+    for _ in range(100):  # the loop's turns: nothing more starts while the write is held
+        await asyncio.sleep(0)
+    assert len(runner.started) == hard
+    assert store.at_writes[0][0] < hard  # the turns let the write loop take a batch early
+    store.release.set()
+    await runner.until(lambda: len(store_fires(runner, job)) == 60)
+    async with asyncio.timeout(5):
+        while len(store.written) < 60:
             store.wrote.clear()
             await store.wrote.wait()
-    assert store.started_at_writes[:4] == [5, 10, 15, 20]
+    # Whenever a write began, at most the hard bound's worth had run unwritten.
+    assert all(started - written <= hard for started, written in store.at_writes)
+    assert len(store.at_writes) >= 60 // hard
     stop.set()
     await writing

@@ -1,5 +1,6 @@
-"""A scheduler or worker process alone loads no FastAPI and no aiohttp: after a crash, the time
-a restarted one spends importing is time its fires wait (api/ops_app.py, ssrf_aiohttp.py)."""
+"""A scheduler or worker process alone loads no FastAPI, no aiohttp and no httpx: after a crash,
+the time a restarted one spends importing is time its fires wait (api/ops_app.py,
+ssrf_aiohttp.py, cli/client.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from tickwork.cli import app
 from tickwork.runtime.up import Role, _import_http_app
 _import_http_app(frozenset(Role(r) for r in sys.argv[1].split(",")))
 import tickwork.store.postgres, tickwork.worker.executor, tickwork.worker.leaser
-print(",".join(sorted(m for m in ("aiohttp", "fastapi", "tickwork.api.app", "tickwork.api.ops_app")
-                      if m in sys.modules)))
+heavy = ("aiohttp", "fastapi", "httpx", "tickwork.api.app", "tickwork.api.ops_app")
+print(",".join(sorted(m for m in heavy if m in sys.modules)))
 """
 
 

@@ -9,13 +9,14 @@ the flag that set it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
-
-import httpx
+from typing import TYPE_CHECKING, Any, Final
 
 from tickwork.cli.app import EXIT_BAD_INPUT, EXIT_FAILURE, CliFailure, Session, field_message
 from tickwork.runtime.access import ADMIN_KEY_FILE
 from tickwork.settings import Settings, data_dir
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["ApiClient", "api_client", "present"]
 
@@ -31,6 +32,10 @@ class ApiClient:
         self.api_key = api_key
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        # Imported here, not at the top: every process starts through this CLI, and httpx
+        # (~57 ms) would delay a restarted scheduler's or worker's first fire for nothing.
+        import httpx
+
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
             with httpx.Client(base_url=self.base_url, timeout=TIMEOUT_S, headers=headers) as client:

@@ -62,6 +62,9 @@ class AttemptStatus(StrEnum):
 
 # The error a lost attempt is recorded with (the lease statements write the same words).
 LOST_ERROR = "lease expired: worker stopped heartbeating"
+# The error of one whose lease a survivor released because its worker was judged gone (ADR
+# 0035): release_leases writes it on the run, and the next lease records it instead.
+RELEASED_ERROR = "lease released: its worker is gone (no database session left)"
 
 
 def occurrence_key(
@@ -284,7 +287,7 @@ def lost_attempt(run: Run) -> AttemptRecord | None:
         started_at=run.created_at if run.started_at is None else run.started_at,
         finished_at=run.lease_until,
         status=AttemptStatus.LOST,
-        error=LOST_ERROR,
+        error=RELEASED_ERROR if run.error == RELEASED_ERROR else LOST_ERROR,
     )
 
 

@@ -35,6 +35,7 @@ from tickwork.domain.partitions import (
     partition_of,
 )
 from tickwork.domain.runs import (
+    RELEASED_ERROR,
     AttemptRecord,
     AttemptStatus,
     Envelope,
@@ -828,6 +829,7 @@ class MemoryStore:
             live = owner is not None and owner in owners and until > now
             if live and self._runs[run_id].status is RunStatus.PENDING:
                 self._leases[run_id] = (owner, now)
+                self._runs[run_id] = replace(self._runs[run_id], error=RELEASED_ERROR)
                 released += 1
         if released:
             self._watchers.notify("runs")

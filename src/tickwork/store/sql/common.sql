@@ -139,11 +139,14 @@ started_us = :now, finished_us = NULL, http_status = NULL, error = NULL
 -- statement adds the FROM of such rows, whose lease_owner is set (an outcome clears it, so an
 -- owner still recorded at a new lease is a lease that expired unfinished). The attempt ran
 -- from its lease (a run leased at its claim has no started_us: the claim inserted it at that
--- instant) until its lease's end. Its error is domain/runs.py's LOST_ERROR.
+-- instant) until its lease's end. Its error is domain/runs.py's LOST_ERROR, or RELEASED_ERROR
+-- when release_leases ended the lease (it writes those words on the run; a lease clears them).
 INSERT INTO tw_attempts (run_id, job_id, attempt, fence_token, worker, started_us, finished_us,
                          status, http_status, error)
 SELECT id, job_id, attempt, fence_token, lease_owner, coalesce(started_us, created_us),
-       lease_until_us, 'lost', NULL, 'lease expired: worker stopped heartbeating'
+       lease_until_us, 'lost', NULL,
+       CASE WHEN error = 'lease released: its worker is gone (no database session left)'
+            THEN error ELSE 'lease expired: worker stopped heartbeating' END
 
 -- name: get_tenant
 -- One tenant's settings (no row: the tenant has none).

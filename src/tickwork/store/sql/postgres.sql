@@ -478,7 +478,8 @@ r.id, r.job_id, r.key, r.scheduled_us, r.fence_token, r.attempt, j.target, j.ret
 -- row; the searching leases take the queue row first, and so never wait (SKIP LOCKED on
 -- both). A run skipped here stays queued for the next lease.
 locked AS (
-    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us
+    SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us, lease_until_us,
+           error
     FROM tw_runs
     WHERE id = ANY(ARRAY(SELECT run_id FROM queued)) AND status = 'pending'
     FOR UPDATE SKIP LOCKED
@@ -706,7 +707,7 @@ refused_queued AS (
 locked AS (
     SELECT r.* FROM (SELECT * FROM pairs ORDER BY id) w CROSS JOIN LATERAL (
         SELECT id, job_id, attempt, fence_token, lease_owner, started_us, created_us,
-               lease_until_us
+               lease_until_us, error
         FROM tw_runs
         WHERE id = w.id AND fence_token = w.fence AND status = 'pending'
         LIMIT 1 FOR UPDATE
@@ -758,7 +759,8 @@ SELECT * FROM taken
 -- attempt and takes a new fence, so a late outcome of the old holder is refused). `theirs`
 -- finds them as take_back_own_leases finds its own, through the live range of
 -- tw_queue_lease, each run by primary key; they are locked on tw_runs first (ADR 0030's lock
--- order), skipping any another statement holds: a run skipped here waits out its lease.
+-- order), skipping any another statement holds: a run skipped here waits out its lease. Each
+-- run carries domain/runs.py's RELEASED_ERROR until then, for its lost attempt's record.
 WITH theirs AS (
     SELECT q.run_id FROM tw_queue q
     CROSS JOIN LATERAL (
@@ -767,7 +769,9 @@ WITH theirs AS (
     WHERE q.lease_until_us > :now
 ),
 released AS (
-    UPDATE tw_runs SET lease_until_us = :now
+    UPDATE tw_runs
+    SET lease_until_us = :now,
+        error = 'lease released: its worker is gone (no database session left)'
     WHERE id = ANY(ARRAY(
             SELECT id FROM tw_runs
             WHERE id = ANY(ARRAY(SELECT run_id FROM theirs))

@@ -322,8 +322,11 @@ WHERE id IN (SELECT id FROM tw_runs
 RETURNING {fire_returning}
 
 -- name: release_leases
--- The live leases of :owners (a JSON list), processes judged gone (ADR 0035), end at :now.
-UPDATE tw_runs SET lease_until_us = :now
+-- The live leases of :owners (a JSON list), processes judged gone (ADR 0035), end at :now;
+-- each run carries domain/runs.py's RELEASED_ERROR for its lost attempt's record.
+UPDATE tw_runs
+SET lease_until_us = :now,
+    error = 'lease released: its worker is gone (no database session left)'
 WHERE status = 'pending' AND lease_owner IN (SELECT value FROM json_each(:owners))
   AND lease_until_us > :now
 
