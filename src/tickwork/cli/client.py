@@ -32,8 +32,8 @@ class ApiClient:
         self.api_key = api_key
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        # Imported here, not at the top: every process starts through this CLI, and httpx
-        # (~57 ms) would delay a restarted scheduler's or worker's first fire for nothing.
+        # Imported here, not at the top: every process starts through this CLI, and httpx (57 ms
+        # to import on its own) would delay a restarted scheduler's or worker's first fire.
         import httpx
 
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

@@ -180,11 +180,11 @@ class Executor:
         self._started: list[float] = []
         self._outcome_ready = asyncio.Event()
         # Set when unrecorded_limit outcomes wait: the write loop stops waiting and writes.
-        # `_below_limit` is clear while the hard bound's worth of outcomes are unwritten
+        # `_under_hard_limit` is clear while the hard bound's worth of outcomes are unwritten
         # (`_writing`: those of the batch being written): no runner starts a fire then.
         self._flush_now = asyncio.Event()
-        self._below_limit = asyncio.Event()
-        self._below_limit.set()
+        self._under_hard_limit = asyncio.Event()
+        self._under_hard_limit.set()
         self._writing = 0
         self._hard_limit = UNRECORDED_HARD_FACTOR * config.unrecorded_limit
         # run_id -> (fence, lease end) of every fire we hold: the heartbeat renews the leases
@@ -414,14 +414,14 @@ class Executor:
         write), give the loop one turn, so that the write loop takes them and the reply to the
         batch being written is read. A runner whose fires never suspend goes from fire to fire
         without returning to the loop, and would otherwise run the whole backlog first."""
-        yielded = False
-        while True:
-            while not self._below_limit.is_set():
-                await self._below_limit.wait()  # (woken together: the first may close it)
-            if yielded or not self._flush_now.is_set():
-                return
-            yielded = True
-            await asyncio.sleep(0)  # one turn of the loop per fire, then check again
+        await self._wait_under_hard_limit()
+        if self._flush_now.is_set():
+            await asyncio.sleep(0)  # one turn of the loop per fire
+            await self._wait_under_hard_limit()  # the turn may have reached the bound
+
+    async def _wait_under_hard_limit(self) -> None:
+        while not self._under_hard_limit.is_set():
+            await self._under_hard_limit.wait()  # (woken together: the first may close it)
 
     def _check_idle(self) -> None:
         if not self.backlog:
@@ -460,15 +460,18 @@ class Executor:
                 del self._running[fire.run_id]
         self._finished.append((fire, attempt, started, self._clock.now()))
         self._outcome_ready.set()
-        gathered = len(self._finished) + len(self._outcomes)
-        if gathered >= self._config.unrecorded_limit:
+        if len(self._finished) + len(self._outcomes) >= self._config.unrecorded_limit:
             self._flush_now.set()
-        if gathered + self._writing >= self._hard_limit:
-            self._below_limit.clear()
+        if self._unwritten() >= self._hard_limit:
+            self._under_hard_limit.clear()
+
+    def _unwritten(self) -> int:
+        """Finished fires whose outcomes are not written yet, the batch being written included."""
+        return len(self._finished) + len(self._outcomes) + self._writing
 
     def _open_below_hard_limit(self) -> None:
-        if len(self._finished) + len(self._outcomes) + self._writing < self._hard_limit:
-            self._below_limit.set()
+        if self._unwritten() < self._hard_limit:
+            self._under_hard_limit.set()
 
     def _record_finished(self) -> None:
         """Turn the attempts finished since the last flush into outcomes, and observe the
@@ -634,9 +637,9 @@ class Executor:
         """Wait for in-flight fires, write their outcomes, then let pending alerts finish
         (each gives up after its few quick attempts)."""
         while not self._idle.is_set():
-            # Runners held at the unrecorded limit wait for a write: this loop now writes.
+            # Runners held at the hard bound wait for a write: this loop now writes.
             await first_of([self._idle, self._flush_now], MAX_IDLE_S)
-            if self._flush_now.is_set() or not self._below_limit.is_set():
+            if self._flush_now.is_set() or not self._under_hard_limit.is_set():
                 await self.flush()
         await self.flush()
         if self._alert_tasks:
