@@ -311,3 +311,34 @@ async def test_fires_that_never_suspend_stop_at_the_hard_bound_of_unwritten_outc
     assert len(store.at_writes) >= 60 // hard
     stop.set()
     await writing
+
+
+@pytest.mark.parametrize("herd", [19, 40])
+async def test_a_herd_that_fits_under_the_hard_bound_runs_whole_before_it_is_written(
+    herd: int,
+) -> None:
+    # ADR 0034: at the unrecorded limit the write loop is told to write only when the fires
+    # in hand would carry the unwritten past the hard bound. A herd that fits (19 here) runs
+    # undisturbed by writes (the aligned load's p99) and is written in one batch after; a
+    # larger one (40) is written while it runs, well before the bound stops its runner.
+    runner = Gate(held=lambda fire: False)
+    store = HeldWrites(runner)
+    store.release.set()
+    executor, leaser = worker(
+        store, runner, flush_interval_ms=10, unrecorded_limit=5, concurrency=1
+    )
+    hard = UNRECORDED_HARD_FACTOR * 5
+    await add_runs(store, "a", TaskTarget(name="noop"), herd)
+    stop = asyncio.Event()
+    writing = asyncio.create_task(executor.run(stop))
+    await lease_until_full(leaser)
+    async with asyncio.timeout(5):
+        while len(store.written) < herd:
+            store.wrote.clear()
+            await store.wrote.wait()
+    if herd <= hard:
+        assert store.at_writes == [(herd, 0)]
+    else:
+        assert store.at_writes[0][0] < hard
+    stop.set()
+    await writing

@@ -97,10 +97,12 @@ class ExecutorConfig:
     heartbeat_ms: int = DEFAULT_HEARTBEAT_MS  # how often held leases are renewed
     flush_interval_ms: int = 20  # outcomes are written in batches at most this stale
     # Bodies finished whose outcomes are not yet written: at this many the executor writes
-    # them at once, without the flush interval or a herd's hold, and it never holds more than
-    # UNRECORDED_HARD_FACTOR times as many (a batch being written included): no runner starts
-    # a fire until a write brings them below. If the worker dies, each such body runs again
-    # once its lease ends (at least once), so this bounds what a crash repeats (ADR 0034).
+    # them at once, without the flush interval or a herd's hold (unless fires wait to start
+    # and those it holds, running or due, all fit under the hard bound: a herd that fits
+    # runs whole first), and it never holds more than UNRECORDED_HARD_FACTOR times as many
+    # (a batch being written included): no runner starts a fire until a write brings them
+    # below. If the worker dies, each such body runs again once its lease ends (at least
+    # once), so this bounds what a crash repeats (ADR 0034).
     unrecorded_limit: int = 256
     # Fires leased but not yet finished that this executor keeps at most. Beyond it, it leases
     # no more: a worker that cannot keep up leaves the rest in the store (or the queue) for
@@ -179,9 +181,11 @@ class Executor:
         self._finished: list[tuple[Fire, Attempt, datetime, datetime]] = []
         self._started: list[float] = []
         self._outcome_ready = asyncio.Event()
-        # Set when unrecorded_limit outcomes wait: the write loop stops waiting and writes.
-        # `_under_hard_limit` is clear while the hard bound's worth of outcomes are unwritten
-        # (`_writing`: those of the batch being written): no runner starts a fire then.
+        # Set when unrecorded_limit outcomes wait (unless fires wait to start and those in
+        # hand all fit under the hard bound), or at the bound: the write loop stops waiting
+        # and writes. `_under_hard_limit` is clear while the hard bound's worth of
+        # outcomes are unwritten (`_writing`: those of the batch being written): no runner
+        # starts a fire then.
         self._flush_now = asyncio.Event()
         self._under_hard_limit = asyncio.Event()
         self._under_hard_limit.set()
@@ -460,10 +464,17 @@ class Executor:
                 del self._running[fire.run_id]
         self._finished.append((fire, attempt, started, self._clock.now()))
         self._outcome_ready.set()
-        if len(self._finished) + len(self._outcomes) >= self._config.unrecorded_limit:
+        unwritten = self._unwritten()
+        if unwritten >= self._hard_limit:
             self._flush_now.set()
-        if self._unwritten() >= self._hard_limit:
             self._under_hard_limit.clear()
+        elif len(self._finished) + len(self._outcomes) >= self._config.unrecorded_limit:
+            # While fires wait to start, written now only if they and those running would
+            # carry the unwritten past the hard bound: a herd that fits under it runs whole,
+            # undisturbed by writes, and is written once its last fire has started (ADR 0034).
+            parked = self._admission.parked
+            if not parked or unwritten + len(self._running) + parked > self._hard_limit:
+                self._flush_now.set()
 
     def _unwritten(self) -> int:
         """Finished fires whose outcomes are not written yet, the batch being written included."""
