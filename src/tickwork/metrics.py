@@ -93,6 +93,11 @@ TAKEOVERS = Counter(
     "Overdue occurrences this scheduler claimed in partitions it does not hold (a slow or dead "
     "owner's work, taken over after the takeover grace)",
 )
+HERDS_CLAIMED_AHEAD = Counter(
+    "tickwork_herds_claimed_ahead_total",
+    "Herds (more jobs due at one instant than a claim batch) this scheduler began to claim "
+    "TICKWORK_HERD_LEAD_MS before their instant",
+)
 STALE_EPOCH_REFUSALS = Counter(
     "tickwork_stale_epoch_refusals_total",
     "Claims the store refused because this scheduler no longer held the partition at that epoch",

@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     # scheduler
     claim_batch: int = Field(1000, ge=1, le=10_000)
     lookahead_ms: int = Field(200, ge=0, le=1000, description="claim this early; fire on time")
+    herd_lead_ms: int = Field(
+        1200, ge=0, le=10_000, description="claim a herd (more due at once than a batch) this early"
+    )
     max_idle_ms: int = Field(1000, ge=10, description="longest sleep without a wake-up")
     backfill_rate: float = Field(
         50,

@@ -51,6 +51,23 @@ async def test_due_jobs_returns_only_schedulable_due_jobs_earliest_first(
     assert await store.next_due_at() == T0
 
 
+async def test_count_due_counts_what_due_jobs_would_return_up_to_its_cap(
+    store: ScheduleStore,
+) -> None:
+    """The herd look (ADR 0036): the due-scan's rows counted, not read, within the same
+    bounds (schedulable, due by `until`, at or after the floor) and never past the cap."""
+    for n in range(6):
+        await store.create_job(make_job(n, next_run_at=T0 + n * SEC))
+    await store.create_job(make_job(7, next_run_at=T0, state=JobState.PAUSED))
+    await store.create_job(make_job(8, next_run_at=T0, state=JobState.COMPLETED))
+    assert await store.count_due(T0 + 3 * SEC, 100) == 4
+    assert await store.count_due(T0 + 3 * SEC, 3) == 3
+    assert await store.count_due(T0 + 3 * SEC, 100, not_before=T0 + 2 * SEC) == 2
+    assert await store.count_due(T0 - SEC, 100) == 0
+    for until, cap in [(T0 + 3 * SEC, 100), (T0 + 9 * SEC, 5)]:
+        assert await store.count_due(until, cap) == len(await store.due_jobs(until, cap))
+
+
 async def test_next_due_at_starts_at_its_lower_bound(store: ScheduleStore) -> None:
     await store.create_job(make_job(1, next_run_at=T0))
     await store.create_job(make_job(2, next_run_at=T0 + 5 * SEC))

@@ -67,6 +67,9 @@ async def test_jobs_fall_in_partitions_and_scans_read_only_those_asked_for(
     only_3 = await store.due_jobs(T0 + 60 * SEC, 10, partitions=[3])
     assert [d.job_id for d in only_3] == [f"{n:032x}" for n in a]  # earliest first
     assert await store.due_jobs(T0 + 60 * SEC, 10, partitions=[]) == []
+    assert await store.count_due(T0 + 60 * SEC, 10, partitions=[3]) == len(a)
+    assert await store.count_due(T0 + 60 * SEC, 10, partitions=[3, 40]) == len(a) + 1
+    assert await store.count_due(T0 + 60 * SEC, 10, partitions=[]) == 0
     assert await store.next_due_at(partitions=[40]) == T0 + b[0] * SEC / 1000
     assert await store.next_due_at(partitions=[5]) is None
 

@@ -475,3 +475,61 @@ async def test_slow_ticks_claim_further_ahead_and_quick_ones_bring_the_reach_bac
     late = await service.run_once(T0 + 20 * S)
     assert late.fires == []
     assert late.scanned_to == T0 + 20 * S + 200 * MS
+
+
+class LookLog(ScanLog):
+    """A ScanLog that also keeps the horizon and cap of each herd look (`count_due`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.looks: list[tuple[datetime, int]] = []
+
+    async def count_due(
+        self,
+        until: datetime,
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> int:
+        self.looks.append((until, cap))
+        return await super().count_due(until, cap, not_before=not_before, partitions=partitions)
+
+
+def herd_scheduler(store: MemoryStore, sink: Collector, clock: ManualClock) -> SchedulerService:
+    config = SchedulerConfig(
+        node_id="n1", batch_size=10, lookahead_ms=50, max_idle_ms=60_000, herd_lead_ms=600
+    )
+    return SchedulerService(store, clock, config, dispatch=sink)
+
+
+async def test_a_herd_is_claimed_whole_its_lead_before_its_instant() -> None:
+    """25 jobs due at one instant, batches of 10: 500 ms before the instant (inside the 600 ms
+    herd lead, far outside the 50 ms look-ahead) the loop finds more than a batch due and
+    claims all three batches at once, each fire leased from its instant for the TTL (ADR
+    0036). The clock stands still: nothing but the herd look can have claimed them."""
+    due = T0 + S
+    store = MemoryStore()
+    for n in range(25):
+        await store.create_job(job(n, Schedule(trigger=AtTrigger(at=due)), due))
+    sink = WatchedSink()
+    async with looping(herd_scheduler(store, sink, ManualClock(due - 500 * MS))):
+        await sink.until(lambda fires: len(fires) == 25, timeout_s=5)
+    assert {f.scheduled_for for f in sink.fires} == {due}
+    assert len({f.job_id for f in sink.fires}) == 25
+    assert {f.lease_until for f in sink.fires} == {due + 50 * MS + 60 * S}
+
+
+async def test_a_batch_or_less_at_one_instant_waits_for_the_usual_reach() -> None:
+    """Ten jobs at one instant are one batch, no herd: the loop looks (a count of up to a
+    batch and one, to the instant plus the look-ahead) and claims nothing 500 ms ahead; nor
+    does it look at the same instant twice while its ticks go on."""
+    due = T0 + S
+    store = LookLog()
+    for n in range(10):
+        await store.create_job(job(n, Schedule(trigger=AtTrigger(at=due)), due))
+    sink = WatchedSink()
+    async with looping(herd_scheduler(store, sink, ManualClock(due - 500 * MS))):
+        await store.until_scans(3)
+    assert store.looks == [(due + 50 * MS, 11)]
+    assert sink.fires == []

@@ -380,6 +380,7 @@ def _scheduler(
         lease_ttl_ms=settings.lease_ttl_ms,
         takeover_grace_ms=settings.takeover_grace_ms,
         fire_ceiling=settings.fire_ceiling or None,  # 0: no ceiling
+        herd_lead_ms=settings.herd_lead_ms,
     )
     return SchedulerService(store, clock, config, dispatch, publish, keeper=keeper)
 

@@ -292,6 +292,21 @@ def sleep_seconds(
 REACH_TICKS = 3
 
 
+def herd_probe_in_s(
+    next_due: datetime | None, now: datetime, *, herd_lead_ms: int, reach_ms: int
+) -> float | None:
+    """When the scheduler looks whether a herd is due at `next_due` (ADR 0036): in seconds
+    from `now`, 0.0 for at once; None when there is nothing to look at (no job due, or a
+    herd lead no longer than the usual reach, which wakes for the instant anyway).
+
+    A herd is more jobs due at one instant than one batch. Claimed from the usual reach, a
+    tick per batch, its last batches are committed after the instant, and the fires wait for
+    them; looked at `herd_lead_ms` ahead, it is claimed while the machine is still idle."""
+    if next_due is None or herd_lead_ms <= reach_ms:
+        return None
+    return max((next_due - now).total_seconds() - herd_lead_ms / 1000, 0.0)
+
+
 def claim_reach_ms(lookahead_ms: int, recent_ticks_s: Sequence[float], *, limit_ms: int) -> int:
     """How far ahead of its `now` a tick claims: the configured look-ahead, or, while ticks
     take long (a backlog's full batches on a busy database), `REACH_TICKS` times the longest

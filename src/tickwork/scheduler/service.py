@@ -41,6 +41,7 @@ from tickwork.scheduler.fair_scan import FairScan
 from tickwork.scheduler.partitions import PartitionKeeper
 from tickwork.scheduler.planning import (
     claim_reach_ms,
+    herd_probe_in_s,
     plan_claim,
     settled_bound,
     sleep_seconds,
@@ -71,6 +72,9 @@ class SchedulerConfig:
     takeover_grace_ms: int = DEFAULT_TAKEOVER_GRACE_MS
     # The cluster's most fires per second (ADR 0025); None: no ceiling, nothing paced.
     fire_ceiling: float | None = None
+    # How long before its instant a herd (more due at one instant than a batch) is claimed
+    # (ADR 0036); no longer than lookahead_ms: never.
+    herd_lead_ms: int = 1200
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -79,6 +83,8 @@ class SchedulerConfig:
             raise ValueError("fire_ceiling must be > 0 (None: no ceiling)")
         if not 0 <= self.lookahead_ms <= self.max_idle_ms:
             raise ValueError("lookahead_ms must be between 0 and max_idle_ms")
+        if self.herd_lead_ms < 0:
+            raise ValueError("herd_lead_ms must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,6 +142,10 @@ class SchedulerService:
         # claimed: slow ticks claim further ahead (`claim_reach_ms`).
         self._tick_spans: deque[float] = deque(maxlen=RECENT_TICKS)
         self._reach_ms = config.lookahead_ms
+        # A herd found ahead (ADR 0036): the ticks reach this far until they have claimed it;
+        # and the instant last looked at for one, so that each is looked at once.
+        self._herd_until: datetime | None = None
+        self._probed_for: datetime | None = None
         # Where windowed occurrences are placed (ADR 0022).
         self._windows = WindowLoad(store, monotonic=clock.monotonic_s)
         # How a tick that is behind shares its batch among tenants.
@@ -185,6 +195,8 @@ class SchedulerService:
             cfg.lookahead_ms, self._tick_spans, limit_ms=cfg.max_idle_ms
         )
         horizon = now + timedelta(milliseconds=self._reach_ms)
+        if self._herd_until is not None and self._herd_until > horizon:
+            horizon = self._herd_until
         held = None if self._keeper is None else self._keeper.held_now()
         limit = self._limit(held)
         if limit == 0:  # no token left: nothing is claimed until some accrue
@@ -198,6 +210,8 @@ class SchedulerService:
         metrics.DUE_SCAN_SECONDS.observe(time.perf_counter() - started)
         # A shared scan (behind) is full while more is due than it took.
         full = self._fair.behind if fair else len(due) == limit
+        if not full:
+            self._herd_until = None  # claimed to its end, or none was found
         throttled = full and limit < cfg.batch_size  # the bucket, not the batch, cut it off
         if not due:
             if self._fair.behind:  # due work waits for its tenants' rates: nothing settled
@@ -208,7 +222,7 @@ class SchedulerService:
         # jobs a throttled scheduler catches up with waited for the ceiling too.
         plans = [self._plan(job, now, _epoch_of(job, held)) for job in due]
         plans = await self._windows.place(plans, due, now)
-        fires, handed_off, refused = await self._claim(plans, now)
+        fires, handed_off, refused = await self._claim(plans, now, horizon=horizon)
         self._recent.append((self._clock.monotonic_s(), len(fires) + len(handed_off)))
         tenant_of = {job.job_id: job.tenant for job in due}
         claimed_ids = [f.job_id for f in fires] + [e.job_id for e in handed_off]
@@ -318,16 +332,24 @@ class SchedulerService:
         return min([*waits, self._config.max_idle_ms / 1000]) if waits else 0.0
 
     async def _claim(
-        self, plans: Sequence[ClaimPlan], now: datetime, *, takeover_grace_ms: int | None = None
+        self,
+        plans: Sequence[ClaimPlan],
+        now: datetime,
+        *,
+        takeover_grace_ms: int | None = None,
+        horizon: datetime | None = None,
     ) -> tuple[list[Fire], list[Envelope], int]:
         """Claim `plans` for the executor of this process, or hand them off; dispatch the fires.
         Returns (fires, envelopes, plans refused for their epoch). A plan under no epoch is
-        admitted when overdue by `takeover_grace_ms` (default: the configured grace)."""
+        admitted when overdue by `takeover_grace_ms` (default: the configured grace). A fire's
+        lease lasts from the scan's `horizon` (default: the reach from `now`), its latest
+        instant, for the lease TTL."""
         cfg = self._config
         grace = cfg.takeover_grace_ms if takeover_grace_ms is None else takeover_grace_ms
         started = time.perf_counter()
         if self._dispatch is not None:
-            lease_until = now + timedelta(milliseconds=self._reach_ms + cfg.lease_ttl_ms)
+            reach_to = now + timedelta(milliseconds=self._reach_ms) if horizon is None else horizon
+            lease_until = reach_to + timedelta(milliseconds=cfg.lease_ttl_ms)
             fires = await self._store.claim(
                 plans, owner=cfg.node_id, lease_until=lease_until, now=now, takeover_grace_ms=grace
             )
@@ -526,9 +548,10 @@ class SchedulerService:
                 return floor
             if result.full_batch:
                 return floor  # more are due right now
+            next_due = await self._next_due(floor)
             delay = min(
                 sleep_seconds(
-                    await self._next_due(floor),
+                    next_due,
                     self._clock.now(),
                     scanned_to=result.scanned_to,
                     lookahead_ms=self._reach_ms,
@@ -536,12 +559,62 @@ class SchedulerService:
                 ),
                 self._until_takeover_scan(),
             )
+            delay, woken = await self._herd_look(next_due, delay, changed, stop)
+            if woken:
+                return None  # a change came first: tick at once, from the bottom
         except Exception:
             log.exception("scheduler tick failed", extra={"action": "tick_failed"})
             floor, delay = None, self._config.max_idle_ms / 1000
         if await _wait_any(changed, stop, delay, also=self._keeper_changed()):
             floor = None
         return floor
+
+    async def _herd_look(
+        self, next_due: datetime | None, delay: float, changed: asyncio.Event, stop: asyncio.Event
+    ) -> tuple[float, bool]:
+        """Look for a herd at `next_due` a lead before it (ADR 0036), inside the loop's sleep
+        of `delay`: returns what is left of that sleep (0.0 when a herd was found: the next
+        ticks claim it) and whether a change or a stop cut the wait short. Waits here, not
+        in a tick of its own, so that an every-second herd's look, which falls on the
+        previous herd's instant, costs one count and no due scan."""
+        probe = herd_probe_in_s(
+            next_due,
+            self._clock.now(),
+            herd_lead_ms=self._config.herd_lead_ms,
+            reach_ms=self._reach_ms,
+        )
+        if probe is None or next_due is None or next_due == self._probed_for or probe >= delay:
+            return delay, False
+        if probe > 0 and await _wait_any(changed, stop, probe, also=self._keeper_changed()):
+            return 0.0, True
+        self._probed_for = next_due
+        if await self._herd_due(next_due):
+            return 0.0, False
+        return max(delay - probe, 0.0), False
+
+    async def _herd_due(self, instant: datetime) -> bool:
+        """Whether more than a batch is due from `instant`, the earliest due, to the reach
+        after it; if so, the ticks reach as far until they have claimed it. The look counts
+        at most a batch and one entries of the due index (no row is decoded), once per
+        instant, from the instant itself: nothing is due before it, and below it lie only the
+        dead versions that claims leave until vacuum."""
+        held = None if self._keeper is None else self._keeper.held_now()
+        if held is not None and not held:
+            return False
+        until = instant + timedelta(milliseconds=self._reach_ms)
+        batch = self._config.batch_size
+        found = await self._store.count_due(until, batch + 1, not_before=instant, partitions=held)
+        if found <= batch:
+            return False
+        self._herd_until = until
+        log.info(
+            "a herd of more than %d jobs is due at %s: claiming it ahead",
+            batch,
+            instant.isoformat(),
+            extra={"action": "herd_ahead"},
+        )
+        metrics.HERDS_CLAIMED_AHEAD.inc()
+        return True
 
     async def _next_due(self, floor: datetime | None) -> datetime | None:
         if self._keeper is None:

@@ -359,6 +359,19 @@ class ClaimStore(Protocol):
         vacuum, and an unbounded scan walks them all, from the oldest (ADR 0008)."""
         ...
 
+    async def count_due(
+        self,
+        until: datetime,
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> int:
+        """How many jobs `due_jobs` would return with `limit` = `cap`, without reading them:
+        the scheduler's look for a herd ahead (ADR 0036). Reads the due index only (on
+        PostgreSQL, at most `cap` entries per partition)."""
+        ...
+
     async def next_due_at(
         self, not_before: datetime | None = None, *, partitions: Collection[int] | None = None
     ) -> datetime | None:

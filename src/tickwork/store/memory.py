@@ -245,6 +245,17 @@ class MemoryStore:
                 counts[level] = min(cap, counts.get(level, 0) + 1)
         return counts
 
+    async def count_due(
+        self,
+        until: datetime,
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> int:
+        due = self._due_from(not_before, partitions)
+        return min(sum(j.next_run_at <= until for j in due), cap)  # type: ignore[operator]
+
     async def due_jobs_by_level(
         self,
         until: datetime,

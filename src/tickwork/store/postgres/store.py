@@ -358,6 +358,21 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         found = await self._scan(statement, values, "scanning for due jobs")
         return [rows.due_from_row(r) for r in found]
 
+    async def count_due(
+        self,
+        until: datetime,
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> int:
+        parts = self._parts(partitions)
+        if not parts:
+            return 0
+        values = {"until": to_us(until), "limit": cap, "not_before": floor_us(not_before)}
+        found = await self._scan(_count_due(parts), values, "counting due jobs")
+        return int(found[0]["n"])
+
     async def next_due_at(
         self, not_before: datetime | None = None, *, partitions: Collection[int] | None = None
     ) -> datetime | None:
@@ -893,6 +908,13 @@ def _due_scan(parts: tuple[int, ...]) -> Statement:
     branch = SQL.due_jobs_of_partition
     union = " UNION ALL ".join(f"({branch.fill(partition=str(p))})" for p in parts)
     return SQL.due_jobs_in_partitions.format(branches=union)
+
+
+@functools.lru_cache(maxsize=64)
+def _count_due(parts: tuple[int, ...]) -> Statement:
+    branch = SQL.count_due_of_partition
+    union = " UNION ALL ".join(f"({branch.fill(partition=str(p))})" for p in parts)
+    return SQL.count_due_in_partitions.format(branches=union)
 
 
 @functools.lru_cache(maxsize=64)

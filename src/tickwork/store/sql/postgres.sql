@@ -86,6 +86,19 @@ WHERE n.id = ANY(:ids::text[]) AND (n.info::jsonb) ->> 'session' IS NOT NULL
       SELECT 1 FROM pg_stat_activity a
       WHERE a.datname = current_database() AND a.application_name = (n.info::jsonb) ->> 'session')
 
+-- name: count_due_of_partition
+-- One branch of count_due_in_partitions: up to :limit of partition {partition}'s due jobs, one
+-- range of tw_jobs_due, nothing read but the index and the rows' visibility.
+SELECT 1 FROM tw_jobs
+WHERE partition = {partition} AND state = 'scheduled'
+  AND next_run_us <= :until AND next_run_us >= :not_before
+LIMIT :limit
+
+-- name: count_due_in_partitions
+-- The herd look (ADR 0036): how many jobs the due-scan would return with :limit, without
+-- reading or sending their columns ({branches}: count_due_of_partition for each partition).
+SELECT count(*) AS n FROM (SELECT 1 FROM ({branches}) due LIMIT :limit) capped
+
 -- name: next_due_of_partition
 -- One branch of next_due_in_partitions: partition {partition}'s earliest scheduled job.
 SELECT next_run_us FROM tw_jobs

@@ -22,6 +22,16 @@ WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_befo
   AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
 ORDER BY next_run_us LIMIT :limit
 
+-- name: count_due
+-- The herd look (ADR 0036): how many jobs due_jobs would return with :limit, reading only the
+-- index tw_jobs_due (no row is decoded).
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM tw_jobs
+    WHERE state = 'scheduled' AND next_run_us <= :until AND next_run_us >= :not_before
+      AND (:partitions IS NULL OR partition IN (SELECT value FROM json_each(:partitions)))
+    LIMIT :limit
+) due
+
 -- name: due_count_of_level
 -- A scheduler behind its work (scheduler/fairness.py): how many jobs of one (tenant, priority)
 -- level are due, counted no further than :cap; one range of tw_jobs_fair.

@@ -225,6 +225,22 @@ class SqliteStore(SqlReads, SqlBackfillReads):
         }
         return [rows.due_from_row(r) for r in await self._query(SQL.due_jobs, params)]
 
+    async def count_due(
+        self,
+        until: datetime,
+        cap: int,
+        *,
+        not_before: datetime | None = None,
+        partitions: Collection[int] | None = None,
+    ) -> int:
+        params = {
+            "until": to_us(until),
+            "limit": cap,
+            "not_before": floor_us(not_before),
+            "partitions": _id_list(partitions),
+        }
+        return int((await self._query(SQL.count_due, params))[0]["n"])
+
     async def next_due_at(
         self, not_before: datetime | None = None, *, partitions: Collection[int] | None = None
     ) -> datetime | None:
