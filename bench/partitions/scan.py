@@ -46,7 +46,7 @@ from bench.stats import median, summary
 from tickwork.clock import from_us, to_us
 from tickwork.domain.partitions import DEFAULT_PARTITIONS
 from tickwork.store.postgres import PostgresStore
-from tickwork.store.postgres.store import SCAN_SETTINGS, _due_scan, _next_due
+from tickwork.store.postgres.store import SCAN_SETTINGS, _over_partitions
 from tickwork.store.sql import rows as sql_rows
 from tickwork.store.sql.reads import floor_us
 
@@ -153,7 +153,7 @@ async def _measure(env: Env, cfg: ScanConfig, url: str, now_us: int) -> dict[str
 
 async def _due_cached(conn: asyncpg.Connection, until: Any, limit: int) -> list[Any]:
     """The store's 64-branch due-scan and row conversion, on a connection that caches it."""
-    statement = _due_scan(ALL)
+    statement = _over_partitions("due_jobs", ALL)
     values = {"until": to_us(until), "limit": limit, "not_before": floor_us(None)}
     found = await conn.fetch(statement.text, *statement.args(values))
     return [sql_rows.due_from_row(r) for r in found]
@@ -161,10 +161,10 @@ async def _due_cached(conn: asyncpg.Connection, until: Any, limit: int) -> list[
 
 def statement_chars() -> dict[str, int]:
     return {
-        "due_all": len(_due_scan(ALL).text),
-        "due_third": len(_due_scan(THIRD).text),
-        "next_all": len(_next_due(ALL).text),
-        "next_third": len(_next_due(THIRD).text),
+        "due_all": len(_over_partitions("due_jobs", ALL).text),
+        "due_third": len(_over_partitions("due_jobs", THIRD).text),
+        "next_all": len(_over_partitions("next_due", ALL).text),
+        "next_third": len(_over_partitions("next_due", THIRD).text),
     }
 
 

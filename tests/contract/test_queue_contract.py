@@ -13,12 +13,14 @@ documented in docs/queues.md.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Sequence
 
 import nats
 import pytest
+import redis.asyncio
 
 from tests.contract.queue_fixtures import (  # noqa: F401  (fixtures are found by name)
     QueueKit,
@@ -27,6 +29,7 @@ from tests.contract.queue_fixtures import (  # noqa: F401  (fixtures are found b
     queues_fixture,
     unique_names,
 )
+from tickwork.clock import to_us
 from tickwork.errors import InvalidInput
 from tickwork.queue.base import Envelope, Queue, Received
 from tickwork.queue.errors import QueueError, QueueUnavailable
@@ -143,6 +146,52 @@ async def test_ack_removes_for_good(queues: QueueKit) -> None:
 
     assert await depth_settles(queue, 0) == 0
     # Past the visibility timeout nothing comes back.
+    assert await queue.fetch(10, timeout_s=VISIBILITY_S + 0.5) == []
+
+
+async def put_raw(kit: QueueKit, bodies: Sequence[bytes]) -> None:
+    """Put message bodies on the backend's stream as another program (or an earlier tickwork)
+    would, bypassing `publish`."""
+    if kit.backend == "nats":
+        nc = await nats.connect(kit.url)
+        try:
+            js = nc.jetstream()
+            for body in bodies:
+                await js.publish(kit.names["subject"], body)
+        finally:
+            await nc.close()
+        return
+    client = redis.asyncio.from_url(kit.url)
+    try:
+        for n, body in enumerate(bodies):
+            await client.xadd(kit.names["stream"], {"e": body, "id": f"raw-{n}"})
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("queue_backend", ["nats", "redis"])
+async def test_an_old_envelope_is_read_and_an_undecodable_one_dropped_for_good(
+    queues: QueueKit,
+) -> None:
+    queue = await queues.open(visibility_s=VISIBILITY_S)
+    old = envelope(1)
+    earlier_release = json.dumps(
+        {
+            "r": old.run_id,
+            "j": old.job_id,
+            "k": old.key,
+            "s": to_us(old.scheduled_for),
+            "f": old.fence_token,
+            "a": old.attempt,
+        }
+    ).encode()
+    await put_raw(queues, [b"not an envelope", earlier_release, envelope(2).encode()])
+
+    got = await fetch_until(queue, 2)
+    assert sorted((m.envelope for m in got), key=lambda e: e.run_id) == [old, envelope(2)]
+    await queue.ack(got)
+    # The undecodable one was dropped, not left to come back after the visibility timeout.
+    assert await depth_settles(queue, 0) == 0
     assert await queue.fetch(10, timeout_s=VISIBILITY_S + 0.5) == []
 
 

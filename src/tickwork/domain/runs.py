@@ -140,20 +140,40 @@ class Envelope:
         return f"{self.key}#{self.attempt}"
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "r": self.run_id,
-                "j": self.job_id,
-                "k": self.key,
-                "s": to_us(self.scheduled_for),
-                "f": self.fence_token,
-                "a": self.attempt,
-            },
-            separators=(",", ":"),
+        """The message body: `E1`, then run id, fence, attempt, instant (epoch µs) and the
+        job id's length in characters, separated by spaces, then the job id and the key with
+        nothing between them (neither is split, so either may hold any character).
+
+        A fixed layout rather than JSON: at 10,000 fires/s a `json.dumps` and a `json.loads`
+        per message were about 5 % of the scheduler's and of the worker's CPU on NATS
+        (docs/benchmarks.md, "where the NATS path's time goes")."""
+        return (
+            f"{WIRE_TAG} {self.run_id} {self.fence_token} {self.attempt} "
+            f"{to_us(self.scheduled_for)} {len(self.job_id)} {self.job_id}{self.key}"
         ).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> Envelope:
+        """An envelope from `encode`'s bytes, or from the JSON object an earlier tickwork
+        published (messages still in a queue across an upgrade). Anything else raises
+        ValueError (a queue drops such a message as poison)."""
+        if data[:1] == b"{":
+            return cls._decode_json(data)
+        tag, run_id, fence, attempt, at_us, job_chars, rest = data.decode().split(" ", 6)
+        n = int(job_chars)
+        if tag != WIRE_TAG or not 0 < n < len(rest):
+            raise ValueError(f"not a tickwork envelope: {data[:60]!r}")
+        return cls(
+            run_id=int(run_id),
+            job_id=rest[:n],
+            key=rest[n:],
+            scheduled_for=from_us(int(at_us)),
+            fence_token=int(fence),
+            attempt=int(attempt),
+        )
+
+    @classmethod
+    def _decode_json(cls, data: bytes) -> Envelope:
         raw: dict[str, Any] = json.loads(data)
         return cls(
             run_id=raw["r"],
@@ -163,6 +183,11 @@ class Envelope:
             fence_token=raw["f"],
             attempt=raw["a"],
         )
+
+
+# The first word of an encoded envelope: names the layout, so that a later one can be told
+# apart (and an old worker drops a message it cannot read rather than misreading it).
+WIRE_TAG = "E1"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

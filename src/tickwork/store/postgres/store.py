@@ -353,7 +353,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         parts = self._parts(partitions)
         if not parts:
             return []
-        statement = _due_scan(parts)
+        statement = _over_partitions("due_jobs", parts)
         values = {"until": to_us(until), "limit": limit, "not_before": floor_us(not_before)}
         found = await self._scan(statement, values, "scanning for due jobs")
         return [rows.due_from_row(r) for r in found]
@@ -370,7 +370,7 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         if not parts:
             return 0
         values = {"until": to_us(until), "limit": cap, "not_before": floor_us(not_before)}
-        found = await self._scan(_count_due(parts), values, "counting due jobs")
+        found = await self._scan(_over_partitions("count_due", parts), values, "counting due jobs")
         return int(found[0]["n"])
 
     async def next_due_at(
@@ -380,7 +380,9 @@ class PostgresStore(SqlReads, SqlBackfillReads):
         if not parts:
             return None
         values = {"not_before": floor_us(not_before)}
-        found = await self._scan(_next_due(parts), values, "looking for the next due job")
+        found = await self._scan(
+            _over_partitions("next_due", parts), values, "looking for the next due job"
+        )
         return rows.dt_or_none(found[0]["next_us"])
 
     async def due_counts(
@@ -902,26 +904,21 @@ async def _fetch(conn: Any, statement: Statement, values: Mapping[str, Any]) -> 
     return list(await conn.fetch(statement.text, *statement.args(values)))
 
 
-@functools.lru_cache(maxsize=64)
-def _due_scan(parts: tuple[int, ...]) -> Statement:
-    """The due-scan of these partitions: one branch per partition (the numbers are ours)."""
-    branch = SQL.due_jobs_of_partition
+# The statements that read the due index partition by partition (ADR 0015): each is a UNION
+# ALL of one branch per partition inside an outer statement, by the kind of read.
+_PER_PARTITION = {
+    "due_jobs": (SQL.due_jobs_of_partition, SQL.due_jobs_in_partitions),
+    "count_due": (SQL.count_due_of_partition, SQL.count_due_in_partitions),
+    "next_due": (SQL.next_due_of_partition, SQL.next_due_in_partitions),
+}
+
+
+@functools.lru_cache(maxsize=192)
+def _over_partitions(kind: str, parts: tuple[int, ...]) -> Statement:
+    """The `kind` read of these partitions: one branch per partition (the numbers are ours)."""
+    branch, outer = _PER_PARTITION[kind]
     union = " UNION ALL ".join(f"({branch.fill(partition=str(p))})" for p in parts)
-    return SQL.due_jobs_in_partitions.format(branches=union)
-
-
-@functools.lru_cache(maxsize=64)
-def _count_due(parts: tuple[int, ...]) -> Statement:
-    branch = SQL.count_due_of_partition
-    union = " UNION ALL ".join(f"({branch.fill(partition=str(p))})" for p in parts)
-    return SQL.count_due_in_partitions.format(branches=union)
-
-
-@functools.lru_cache(maxsize=64)
-def _next_due(parts: tuple[int, ...]) -> Statement:
-    branch = SQL.next_due_of_partition
-    union = " UNION ALL ".join(f"({branch.fill(partition=str(p))})" for p in parts)
-    return SQL.next_due_in_partitions.format(branches=union)
+    return outer.format(branches=union)
 
 
 def _plan_columns(plans: Sequence[ClaimPlan]) -> dict[str, list[Any]]:
