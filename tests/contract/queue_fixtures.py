@@ -54,9 +54,13 @@ class QueueKit:
 
     def build(self, *, visibility_s: float = 1.0, **options: Any) -> Queue:
         if self.backend == "memory":
+            options.pop("bundle", None)  # memory carries envelopes, not messages: no bundles
             if self._memory is None:
                 self._memory = MemoryQueue(visibility_s, **options)
             return self._memory
+        # One envelope per message unless a test asks for bundles: the contract's tests
+        # count messages (test_queue_bundles.py covers bundles).
+        options.setdefault("bundle", 1)
         if self.backend == "nats":
             options.setdefault("reconnect_time_wait_s", 0.2)
             return NatsQueue(self.url, visibility_s=visibility_s, **self.names, **options)

@@ -415,7 +415,9 @@ async def test_nats_publish_fails_loudly_when_no_stream_or_another_stream_stores
     throwaway_nats: ThrowawayNats,
 ) -> None:
     names = unique_names("nats")
-    queue = NatsQueue(throwaway_nats.url, visibility_s=VISIBILITY_S, publish_timeout_s=5, **names)
+    queue = NatsQueue(
+        throwaway_nats.url, visibility_s=VISIBILITY_S, publish_timeout_s=5, bundle=1, **names
+    )
     await queue.open()
     admin = await nats.connect(throwaway_nats.url)
     jsm = admin.jetstream()
@@ -423,7 +425,7 @@ async def test_nats_publish_fails_loudly_when_no_stream_or_another_stream_stores
         await queue.publish([envelope(1), envelope(2)])  # stored: no error
         await jsm.delete_stream(names["stream"])
         started = time.monotonic()
-        with pytest.raises(QueueUnavailable, match="2 of 2 not stored"):
+        with pytest.raises(QueueUnavailable, match="2 of 2 messages not stored"):
             await queue.publish([envelope(3), envelope(4)])
         assert time.monotonic() - started < 4, "the server said no at once: no timeout wait"
 
@@ -444,7 +446,7 @@ async def test_nats_publish_gives_up_after_its_timeout_when_pub_acks_never_come(
     names = unique_names("nats")
     queue = NatsQueue(
         restartable_nats.url, visibility_s=VISIBILITY_S, publish_timeout_s=1,
-        reconnect_time_wait_s=0.1, **names,
+        reconnect_time_wait_s=0.1, bundle=1, **names,
     )  # fmt: skip
     await queue.open()
     try:
@@ -458,7 +460,7 @@ async def test_nats_publish_gives_up_after_its_timeout_when_pub_acks_never_come(
         await queue.close()
     # The message itself was stored once the server resumed; a fresh publish of it is a
     # duplicate the server drops, and the same instance publishes normally again.
-    again = NatsQueue(restartable_nats.url, visibility_s=VISIBILITY_S, **names)
+    again = NatsQueue(restartable_nats.url, visibility_s=VISIBILITY_S, bundle=1, **names)
     await again.open()
     try:
         await again.publish([envelope(1), envelope(2)])
@@ -474,8 +476,9 @@ async def test_nats_publish_gives_up_after_its_timeout_when_pub_acks_never_come(
 async def test_nats_messages_survive_a_server_crash(restartable_nats: ThrowawayNats) -> None:
     names = unique_names("nats")
     queue = NatsQueue(
-        restartable_nats.url, visibility_s=VISIBILITY_S, reconnect_time_wait_s=0.1, **names
-    )
+        restartable_nats.url, visibility_s=VISIBILITY_S, reconnect_time_wait_s=0.1, bundle=1,
+        **names,
+    )  # fmt: skip
     assert queue.survives_restart  # what this test holds it to
     await queue.open()
     try:
@@ -520,7 +523,7 @@ async def test_redis_without_persistence_loses_messages_on_restart_and_recovers(
     restartable_redis: ThrowawayRedis,
 ) -> None:
     names = unique_names("redis")
-    queue = RedisQueue(restartable_redis.url, visibility_s=VISIBILITY_S, **names)
+    queue = RedisQueue(restartable_redis.url, visibility_s=VISIBILITY_S, bundle=1, **names)
     assert not queue.survives_restart  # the loss below is what it declares
     await queue.open()
     try:

@@ -58,7 +58,9 @@ __all__ = ["Envelope", "Queue", "Received"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Received:
-    """A fetched message: the envelope, how often it was delivered, the backend's handle."""
+    """A fetched envelope: the envelope, how often its message was delivered, the backend's
+    handle of that message. The envelopes of a bundle (NATS, Redis: up to `bundle` envelopes
+    of one publish per message, queue/bundles.py) share one handle and one delivery count."""
 
     envelope: Envelope
     deliveries: int  # 1 on first delivery
@@ -70,10 +72,15 @@ class Queue(Protocol):
     time, and comes back if that consumer neither acks nor extends it in time.
 
     A message is an `Envelope` (it names a run; the worker reads the rest with its lease) and
-    its identity is `Envelope.msg_id`, one per attempt of an occurrence. Messages handed to
-    `extend`, `ack` and `retry_later` must come from `fetch` on the same backend (another's is
-    a TypeError). Every instance is one consumer; several processes share a queue by opening
-    instances with the same names (stream, consumer group, durable consumer).
+    its identity is `Envelope.msg_id`, one per attempt of an occurrence. A backend with a
+    `bundle` option (NATS, Redis) may carry several envelopes of one publish in one message
+    (ADR 0037): each still comes out of `fetch` as its own `Received`, but what happens to one
+    of them (ack, extend, retry_later, a redelivery) happens to its whole bundle. tickwork's
+    consumer always treats a fetched batch as a whole, so that is all the same to it.
+    Messages handed to `extend`, `ack` and `retry_later` must come from `fetch` on the same
+    backend (another's is a TypeError). Every instance is one consumer; several processes
+    share a queue by opening instances with the same names (stream, consumer group, durable
+    consumer).
 
     Capabilities, declared as class attributes by each backend, which the contract suite
     checks instead of assuming:
@@ -109,7 +116,8 @@ class Queue(Protocol):
         ...
 
     async def publish(self, envelopes: Sequence[Envelope]) -> None:
-        """Send one message per envelope; returns once the backend has accepted all of them.
+        """Send the envelopes (one message each, or in bundles where the backend has them);
+        returns once the backend has accepted all of them.
 
         At-least-once: a returned publish is delivered at least once unless the server loses
         it (see `survives_restart`), and may be delivered more than once. Where `dedupes`, a
@@ -124,9 +132,11 @@ class Queue(Protocol):
         ...
 
     async def fetch(self, max_messages: int, *, timeout_s: float) -> list[Received]:
-        """Up to `max_messages` (>= 1, else ValueError) deliverable messages; waits at most
+        """Up to `max_messages` (>= 1, else ValueError) deliverable envelopes; waits at most
         about `timeout_s` for the first, then takes what else is there, and returns [] if
-        nothing came (not an error).
+        nothing came (not an error). With bundles, whole bundles only: as many as fit in
+        `max_messages` if they were full, and at least one, which may exceed a `max_messages`
+        smaller than a bundle.
 
         Each returned message is invisible to every consumer for the queue's `visibility_s`
         (set when the backend is built: JetStream AckWait, Redis idle time before XAUTOCLAIM,

@@ -10,13 +10,15 @@ Layout on the server (created or brought up to date by `open`, idempotently):
 
 How the contract maps onto JetStream:
 
-    publish       a core publish per message, header Nats-Msg-Id = envelope.msg_id (the
-                  server drops a repeat within the duplicate window: a scheduler re-publishing
-                  after a crash), all sent before any PubAck is awaited. The PubAcks come back
+    publish       a core publish per message of up to `bundle` envelopes (queue/bundles.py),
+                  header Nats-Msg-Id = its msg_id (the server drops a repeat within the
+                  duplicate window: a scheduler re-publishing after a crash), all sent before
+                  any PubAck is awaited. The PubAcks come back
                   on this instance's own inbox and are counted per batch; every one is checked
                   (not stored, or stored by another stream: the publish fails).
     fetch         one pull request (no_wait + expires, see `_pull`): waits up to timeout_s
-                  for the first message, returns what is there. deliveries = num_delivered.
+                  for the first message, returns what is there, one Received per envelope
+                  (a bundle's share its message). deliveries = num_delivered.
     extend        +WPI (in_progress): restarts AckWait.
     ack           +ACK, then a flush so the server has it when we return.
     retry_later   -NAK with delay: redelivered no earlier than delay_s, num_delivered + 1.
@@ -67,6 +69,7 @@ from nats.js.api import (
 )
 
 from tickwork.queue.base import Envelope, Received
+from tickwork.queue.bundles import DEFAULT_BUNDLE, MAX_BUNDLE, messages_for, pack, unpack
 from tickwork.queue.errors import QueueError, QueueUnavailable
 
 __all__ = ["NatsQueue"]
@@ -104,6 +107,7 @@ class NatsQueue:
         reconnect_time_wait_s: float = 2,
         api_timeout_s: float = 5,
         publish_timeout_s: float = 10,
+        bundle: int = DEFAULT_BUNDLE,
     ) -> None:
         if visibility_s <= 0:
             raise ValueError("visibility_s must be > 0")
@@ -111,6 +115,9 @@ class NatsQueue:
             raise ValueError("max_deliver must be -1 (unlimited) or >= 1")
         if dedupe_window_s < 0:
             raise ValueError("dedupe_window_s must be >= 0")
+        if not 1 <= bundle <= MAX_BUNDLE:
+            raise ValueError(f"bundle must be 1 to {MAX_BUNDLE} envelopes per message")
+        self.bundle = bundle
         self.url = url
         self.stream = stream
         self.subject = subject
@@ -206,20 +213,21 @@ class NatsQueue:
         await self._wait_connected("publish", self.publish_timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.publish_timeout_s
-        batch = _PublishBatch(remaining=len(envelopes), done=loop.create_future())
+        messages = pack(envelopes, self.bundle)
+        batch = _PublishBatch(remaining=len(messages), done=loop.create_future())
         tokens: list[str] = []
         try:
             # Every message goes out before the first PubAck is awaited; the acks come back
             # on our own inbox (`_on_pub_ack`), a counter per batch instead of a future each.
-            for envelope in envelopes:
+            for body, msg_id in messages:
                 token = str(next(self._tokens))
                 self._pub_acks[token] = batch
                 tokens.append(token)
                 await nc.publish(
                     self.subject,
-                    envelope.encode(),
+                    body,
                     reply=f"{self._ack_inbox}.{token}",
-                    headers={MSG_ID_HEADER: envelope.msg_id},
+                    headers={MSG_ID_HEADER: msg_id},
                 )
             await asyncio.wait_for(batch.done, max(deadline - loop.time(), 0.0))
         except (TimeoutError, nats.errors.Error) as exc:
@@ -229,7 +237,9 @@ class NatsQueue:
                 self._pub_acks.pop(token, None)
         if batch.failures:
             failed = len(batch.failures)
-            self._raise(f"publish ({failed} of {len(envelopes)} not stored)", batch.failures[0])
+            self._raise(
+                f"publish ({failed} of {len(messages)} messages not stored)", batch.failures[0]
+            )
         strangers = batch.streams - {self.stream}
         if strangers:
             raise QueueError(
@@ -257,8 +267,9 @@ class NatsQueue:
         except TimeoutError:
             return []
         try:
-            msgs = self._take_strays(max_messages, loop.time())
-            need = max_messages - len(msgs)
+            wanted = messages_for(max_messages, self.bundle)
+            msgs = self._take_strays(wanted, loop.time())
+            need = wanted - len(msgs)
             if need > 0:
                 wait_s = max(deadline - loop.time(), 0.0) if not msgs else 0.0
                 msgs += await self._pull(nc, need, wait_s)
@@ -267,7 +278,7 @@ class NatsQueue:
         received: list[Received] = []
         for msg in msgs:
             try:
-                envelope = Envelope.decode(msg.data)
+                envelopes = unpack(msg.data)
             except (ValueError, KeyError, TypeError) as exc:
                 # A poison message would come back forever: drop it for good, loudly.
                 log.error(
@@ -277,21 +288,23 @@ class NatsQueue:
                 with contextlib.suppress(nats.errors.Error):
                     await msg.term()
                 continue
-            received.append(Received(envelope=envelope, deliveries=_deliveries(msg), handle=msg))
+            # The envelopes of a bundle share its message: acking one acks them all.
+            deliveries = _deliveries(msg)
+            received += [Received(envelope=e, deliveries=deliveries, handle=msg) for e in envelopes]
         return received
 
     async def extend(self, messages: Sequence[Received]) -> None:
         if not messages:
             return
-        for received in messages:
-            await self._reply(_msg(received).in_progress, "extend")
+        for msg in _distinct(messages):
+            await self._reply(msg.in_progress, "extend")
         await self._flush("extend")
 
     async def ack(self, messages: Sequence[Received]) -> None:
         if not messages:
             return
-        for received in messages:
-            await self._reply(_msg(received).ack, "ack")
+        for msg in _distinct(messages):
+            await self._reply(msg.ack, "ack")
         await self._flush("ack")
 
     async def retry_later(self, message: Received, *, delay_s: float) -> None:
@@ -682,3 +695,8 @@ def _deliveries(msg: Msg) -> int:
     if len(tokens) == 9 and tokens[0] == "$JS" and tokens[1] == "ACK":
         return int(tokens[4])
     return int(msg.metadata.num_delivered)
+
+
+def _distinct(messages: Sequence[Received]) -> list[Msg]:
+    """The NATS messages behind `messages`, each once: the envelopes of a bundle share one."""
+    return list({id(msg): msg for msg in map(_msg, messages)}.values())

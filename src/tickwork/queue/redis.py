@@ -43,6 +43,7 @@ import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import redis.asyncio as aioredis
@@ -52,6 +53,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.typing import EncodableT, FieldT
 
 from tickwork.queue.base import Envelope, Received
+from tickwork.queue.bundles import DEFAULT_BUNDLE, MAX_BUNDLE, messages_for, pack, unpack
 from tickwork.queue.errors import QueueError, QueueUnavailable
 
 __all__ = ["RedisQueue"]
@@ -152,9 +154,12 @@ class RedisQueue:
         maxlen: int | None = None,
         connect_timeout_s: float = 5,
         retries: int = 3,
+        bundle: int = DEFAULT_BUNDLE,
     ) -> None:
         if visibility_s <= 0:
             raise ValueError("visibility_s must be > 0")
+        if not 1 <= bundle <= MAX_BUNDLE:
+            raise ValueError(f"bundle must be 1 to {MAX_BUNDLE} envelopes per message")
         if maxlen is not None and maxlen < 1:
             raise ValueError("maxlen must be >= 1 or None")
         self.url = url
@@ -166,6 +171,7 @@ class RedisQueue:
         self.maxlen = maxlen
         self.connect_timeout_s = connect_timeout_s
         self.retries = retries
+        self.bundle = bundle
         self._redis: aioredis.Redis | None = None
         self._claim_cursor = "0-0"
         self._fetch_script: Any = None
@@ -222,11 +228,8 @@ class RedisQueue:
 
         async def run() -> None:
             async with client.pipeline(transaction=False) as pipe:
-                for envelope in envelopes:
-                    fields: dict[FieldT, EncodableT] = {
-                        "e": envelope.encode(),
-                        "id": envelope.msg_id,
-                    }
+                for body, msg_id in pack(envelopes, self.bundle):
+                    fields: dict[FieldT, EncodableT] = {"e": body, "id": msg_id}
                     pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
                 await pipe.execute()
 
@@ -235,12 +238,13 @@ class RedisQueue:
     async def fetch(self, max_messages: int, *, timeout_s: float) -> list[Received]:
         if max_messages < 1:
             raise ValueError("max_messages must be >= 1")
+        wanted = messages_for(max_messages, self.bundle)  # entries, each up to a bundle
         client = self._client()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_s, 0.0)
         while True:
             cursor, entries, wait_ms = await self._call(
-                "fetch", lambda: self._claim_and_read(max_messages)
+                "fetch", lambda: self._claim_and_read(wanted)
             )
             self._claim_cursor = cursor
             if entries:
@@ -258,7 +262,7 @@ class RedisQueue:
                     self.group,
                     self.consumer,
                     {self.stream: ">"},
-                    count=max_messages,
+                    count=wanted,
                     block=block_ms,
                 )
 
@@ -270,7 +274,7 @@ class RedisQueue:
     async def extend(self, messages: Sequence[Received]) -> None:
         if not messages:
             return
-        ids = [_entry_id(received) for received in messages]
+        ids = _distinct_ids(messages)
         await self._call(
             "extend",
             lambda: self._extend_script(keys=[self.stream], args=[self.group, self.consumer, *ids]),
@@ -279,19 +283,18 @@ class RedisQueue:
     async def ack(self, messages: Sequence[Received]) -> None:
         if not messages:
             return
-        await self._ack_ids([_entry_id(received) for received in messages])
+        await self._ack_ids(_distinct_ids(messages))
 
     async def retry_later(self, message: Received, *, delay_s: float) -> None:
+        # The whole entry goes back, with every envelope of its bundle: for each of them the
+        # member is the same, so giving back a bundle envelope by envelope adds it once.
+        entry = _entry(message)
         member = json.dumps(
-            {
-                "d": message.deliveries,
-                "id": message.envelope.msg_id,
-                "e": message.envelope.encode().decode(),
-            },
+            {"d": message.deliveries, "id": entry.msg_id, "e": entry.body.decode()},
             separators=(",", ":"),
         )
         delay_ms = max(0, round(delay_s * 1000))
-        entry_id = _entry_id(message)
+        entry_id = entry.entry_id
         await self._call(
             "retry_later",
             lambda: self._retry_script(
@@ -348,7 +351,8 @@ class RedisQueue:
             entry_id = _text(raw_id)
             fields = _fields(raw_fields)
             try:
-                envelope = Envelope.decode(fields[b"e"])
+                body = fields[b"e"]
+                envelopes = unpack(body)
                 earlier = int(fields.get(b"d", b"0"))
             except (ValueError, KeyError, TypeError) as exc:
                 log.error(
@@ -358,7 +362,11 @@ class RedisQueue:
                 poison.append(entry_id)
                 continue
             deliveries = earlier + int(count)
-            received.append(Received(envelope=envelope, deliveries=deliveries, handle=entry_id))
+            # The envelopes of a bundle share its entry: acking one acks them all.
+            handle = _Entry(entry_id, body, _text(fields.get(b"id", b"")))
+            received += [
+                Received(envelope=e, deliveries=deliveries, handle=handle) for e in envelopes
+            ]
         if poison:
             # A poison entry would come back forever: drop it for good, loudly (logged above).
             await self._ack_ids(poison)
@@ -436,11 +444,25 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _entry_id(received: Received) -> str:
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A fetched stream entry: what `Received.handle` holds (shared by a bundle's envelopes)."""
+
+    entry_id: str
+    body: bytes  # the `e` field: one envelope's encoding, or a bundle's
+    msg_id: str
+
+
+def _entry(received: Received) -> _Entry:
     handle = received.handle
-    if not isinstance(handle, str):
+    if not isinstance(handle, _Entry):
         raise TypeError(f"not a RedisQueue message: {received!r}")
     return handle
+
+
+def _distinct_ids(messages: Sequence[Received]) -> list[str]:
+    """The stream entries behind `messages`, each once: the envelopes of a bundle share one."""
+    return list(dict.fromkeys(_entry(received).entry_id for received in messages))
 
 
 def _is_nogroup(exc: BaseException | None) -> bool:
