@@ -7,8 +7,8 @@ CPU per fire, and nats-server's 17 µs (docs/benchmarks.md). A bundle carries up
 consecutive envelopes of one publish, so those costs are paid once per bundle (ADR 0037).
 
 Body of a bundle of n >= 2: the line `B1 <n>`, then the n envelopes' own bodies
-(`Envelope.encode`), each on its own line. A single envelope's body is its own encoding, as
-before bundles, so a message of one is what an earlier release sent. An envelope whose encoding
+(`Envelope.encode`), each on its own line. A single envelope's body is its own encoding, so a
+message of one is what `bundle=1` sends, one message per envelope. An envelope whose encoding
 holds a newline (a job id or key with one in it) always travels alone: the lines of a bundle
 are split on newlines.
 
